@@ -1,0 +1,364 @@
+/// A JSON value (RFC 8259), parsed and written without Foundation so that the
+/// client library and `vaultctl` start fast and link nothing they do not use.
+///
+/// Objects keep their keys in insertion order, so what is written is stable
+/// and unknown fields of a token response survive a round trip.
+public enum JSON: Sendable, Equatable {
+    case null
+    case bool(Bool)
+    case number(Double)
+    case string(String)
+    case array([JSON])
+    case object(JSONObject)
+
+    /// The string, if this is a string.
+    public var stringValue: String? { if case .string(let s) = self { return s } else { return nil } }
+    /// The number, if this is a number.
+    public var numberValue: Double? { if case .number(let n) = self { return n } else { return nil } }
+    /// The Boolean, if this is a Boolean.
+    public var boolValue: Bool? { if case .bool(let b) = self { return b } else { return nil } }
+    /// The object, if this is an object.
+    public var objectValue: JSONObject? { if case .object(let o) = self { return o } else { return nil } }
+    /// The array, if this is an array.
+    public var arrayValue: [JSON]? { if case .array(let a) = self { return a } else { return nil } }
+    /// Whether this is `null`.
+    public var isNull: Bool { if case .null = self { return true } else { return false } }
+
+    /// The member `key` of an object, or nil.
+    public subscript(key: String) -> JSON? { objectValue?[key] }
+
+    /// A short name of the value's type, for error messages ("a string").
+    public var typeName: String {
+        switch self {
+        case .null: return "null"
+        case .bool: return "a boolean"
+        case .number: return "a number"
+        case .string: return "a string"
+        case .array: return "an array"
+        case .object: return "an object"
+        }
+    }
+}
+
+/// An ordered JSON object.
+public struct JSONObject: Sendable, Equatable, Sequence {
+    /// The members in order.
+    public private(set) var members: [(key: String, value: JSON)] = []
+
+    public init() {}
+
+    public init(_ members: [(String, JSON)]) {
+        for (k, v) in members { self[k] = v }
+    }
+
+    public static func == (a: JSONObject, b: JSONObject) -> Bool {
+        guard a.members.count == b.members.count else { return false }
+        for (x, y) in zip(a.members, b.members) where x.key != y.key || x.value != y.value { return false }
+        return true
+    }
+
+    /// The value of `key`; setting nil removes it.
+    public subscript(key: String) -> JSON? {
+        get { members.first(where: { $0.key == key })?.value }
+        set {
+            if let i = members.firstIndex(where: { $0.key == key }) {
+                if let newValue { members[i].value = newValue } else { members.remove(at: i) }
+            } else if let newValue {
+                members.append((key, newValue))
+            }
+        }
+    }
+
+    /// The keys in order.
+    public var keys: [String] { members.map(\.key) }
+
+    public func makeIterator() -> IndexingIterator<[(key: String, value: JSON)]> { members.makeIterator() }
+}
+
+/// Why a text is not JSON: the byte offset and what was expected.
+public struct JSONParseError: Error, Sendable, CustomStringConvertible {
+    /// Offset in bytes from the start of the input.
+    public let offset: Int
+    /// What was wrong.
+    public let reason: String
+    public var description: String { "invalid JSON at byte \(offset): \(reason)" }
+}
+
+extension JSON {
+    /// The deepest nesting accepted; deeper input is refused, not recursed into.
+    public static let maxDepth = 64
+
+    /// Parses one JSON text (RFC 8259 section 2), allowing surrounding whitespace.
+    public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSON {
+        let array = Array(bytes)
+        var parser = JSONParser(bytes: array)
+        parser.skipWhitespace()
+        let value = try parser.parseValue(depth: 0)
+        parser.skipWhitespace()
+        guard parser.index == array.count else { throw parser.error("unexpected data after the value") }
+        return value
+    }
+
+    /// Parses one JSON text from a string.
+    public static func parse(_ text: String) throws(JSONParseError) -> JSON {
+        try parse(Array(text.utf8))
+    }
+}
+
+private struct JSONParser {
+    let bytes: [UInt8]
+    var index = 0
+
+    func error(_ reason: String) -> JSONParseError { JSONParseError(offset: index, reason: reason) }
+
+    mutating func skipWhitespace() {
+        while index < bytes.count, bytes[index] == 0x20 || bytes[index] == 0x0A || bytes[index] == 0x0D || bytes[index] == 0x09 {
+            index += 1
+        }
+    }
+
+    mutating func expect(_ literal: String, _ value: JSON) throws(JSONParseError) -> JSON {
+        for b in literal.utf8 {
+            guard index < bytes.count, bytes[index] == b else { throw error("invalid literal") }
+            index += 1
+        }
+        return value
+    }
+
+    mutating func parseValue(depth: Int) throws(JSONParseError) -> JSON {
+        guard depth <= JSON.maxDepth else { throw error("nesting deeper than \(JSON.maxDepth)") }
+        guard index < bytes.count else { throw error("unexpected end of input") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try parseObject(depth: depth)
+        case UInt8(ascii: "["): return try parseArray(depth: depth)
+        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "t"): return try expect("true", .bool(true))
+        case UInt8(ascii: "f"): return try expect("false", .bool(false))
+        case UInt8(ascii: "n"): return try expect("null", .null)
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try parseNumber()
+        default: throw error("unexpected character")
+        }
+    }
+
+    mutating func parseObject(depth: Int) throws(JSONParseError) -> JSON {
+        index += 1
+        var object = JSONObject()
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(object) }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a string key") }
+            let key = try parseString()
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+            index += 1
+            skipWhitespace()
+            let value = try parseValue(depth: depth + 1)
+            guard object[key] == nil else { throw error("duplicate key \"\(key)\"") }
+            object[key] = value
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of input in an object") }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(object) }
+            throw error("expected ',' or '}'")
+        }
+    }
+
+    mutating func parseArray(depth: Int) throws(JSONParseError) -> JSON {
+        index += 1
+        var array: [JSON] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") { index += 1; return .array(array) }
+        while true {
+            skipWhitespace()
+            array.append(try parseValue(depth: depth + 1))
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of input in an array") }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            if bytes[index] == UInt8(ascii: "]") { index += 1; return .array(array) }
+            throw error("expected ',' or ']'")
+        }
+    }
+
+    mutating func hex4() throws(JSONParseError) -> UInt32 {
+        guard index + 4 <= bytes.count else { throw error("short \\u escape") }
+        var v: UInt32 = 0
+        for _ in 0..<4 {
+            let c = bytes[index]
+            let d: UInt32
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): d = UInt32(c - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): d = UInt32(c - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): d = UInt32(c - UInt8(ascii: "A") + 10)
+            default: throw error("bad hex digit in \\u escape")
+            }
+            v = v << 4 | d
+            index += 1
+        }
+        return v
+    }
+
+    mutating func parseString() throws(JSONParseError) -> String {
+        index += 1
+        let start = index
+        // Fast path: no escapes.
+        while index < bytes.count {
+            let c = bytes[index]
+            if c == UInt8(ascii: "\"") {
+                let s = try validated(bytes[start..<index], at: start)
+                index += 1
+                return s
+            }
+            if c == UInt8(ascii: "\\") { break }
+            if c < 0x20 { throw error("control character in a string") }
+            index += 1
+        }
+        var out = Array(bytes[start..<index])
+        while index < bytes.count {
+            let c = bytes[index]
+            if c == UInt8(ascii: "\"") {
+                index += 1
+                return try validated(out[...], at: start)
+            }
+            if c < 0x20 { throw error("control character in a string") }
+            if c != UInt8(ascii: "\\") { out.append(c); index += 1; continue }
+            index += 1
+            guard index < bytes.count else { break }
+            let e = bytes[index]
+            index += 1
+            switch e {
+            case UInt8(ascii: "\""): out.append(0x22)
+            case UInt8(ascii: "\\"): out.append(0x5C)
+            case UInt8(ascii: "/"): out.append(0x2F)
+            case UInt8(ascii: "b"): out.append(0x08)
+            case UInt8(ascii: "f"): out.append(0x0C)
+            case UInt8(ascii: "n"): out.append(0x0A)
+            case UInt8(ascii: "r"): out.append(0x0D)
+            case UInt8(ascii: "t"): out.append(0x09)
+            case UInt8(ascii: "u"):
+                var scalar = try hex4()
+                if (0xD800...0xDBFF).contains(scalar) {
+                    guard index + 2 <= bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
+                        throw error("unpaired surrogate in \\u escape")
+                    }
+                    index += 2
+                    let low = try hex4()
+                    guard (0xDC00...0xDFFF).contains(low) else { throw error("unpaired surrogate in \\u escape") }
+                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                } else if (0xDC00...0xDFFF).contains(scalar) {
+                    throw error("unpaired surrogate in \\u escape")
+                }
+                guard let u = Unicode.Scalar(scalar) else { throw error("invalid \\u escape") }
+                out.append(contentsOf: Array(String(Character(u)).utf8))
+            default:
+                throw error("invalid escape")
+            }
+        }
+        throw error("unterminated string")
+    }
+
+    func validated(_ slice: ArraySlice<UInt8>, at offset: Int) throws(JSONParseError) -> String {
+        guard let s = String(validating: slice, as: UTF8.self) else {
+            throw JSONParseError(offset: offset, reason: "string is not valid UTF-8")
+        }
+        return s
+    }
+
+    mutating func parseNumber() throws(JSONParseError) -> JSON {
+        let start = index
+        if bytes[index] == UInt8(ascii: "-") { index += 1 }
+        func digits(_ p: inout JSONParser) -> Int {
+            let s = p.index
+            while p.index < p.bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(p.bytes[p.index]) { p.index += 1 }
+            return p.index - s
+        }
+        guard index < bytes.count else { throw error("bad number") }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+        } else if digits(&self) == 0 {
+            throw error("bad number")
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            guard digits(&self) > 0 else { throw error("bad number: no digits after '.'") }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard digits(&self) > 0 else { throw error("bad number: no digits in exponent") }
+        }
+        let text = String(decoding: bytes[start..<index], as: UTF8.self)
+        guard let value = Double(text), value.isFinite else { throw JSONParseError(offset: start, reason: "number out of range") }
+        return .number(value)
+    }
+}
+
+extension JSON {
+    /// The compact serialization of this value (no whitespace), as UTF-8.
+    public func serialized() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(128)
+        write(to: &out)
+        return out
+    }
+
+    /// The compact serialization as a string.
+    public var serializedString: String { String(decoding: serialized(), as: UTF8.self) }
+
+    /// Appends the compact serialization to `out`.
+    public func write(to out: inout [UInt8]) {
+        switch self {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
+        case .number(let n):
+            if n.rounded() == n, abs(n) < 1e15 {
+                out.append(contentsOf: String(Int64(n)).utf8)
+            } else {
+                out.append(contentsOf: "\(n)".utf8)
+            }
+        case .string(let s): JSON.writeString(s, to: &out)
+        case .array(let a):
+            out.append(UInt8(ascii: "["))
+            for (i, v) in a.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                v.write(to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let o):
+            out.append(UInt8(ascii: "{"))
+            for (i, m) in o.members.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                JSON.writeString(m.key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                m.value.write(to: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// Writes `s` as a JSON string literal, escaping what RFC 8259 requires.
+    public static func writeString(_ s: String, to out: inout [UInt8]) {
+        out.append(0x22)
+        for b in s.utf8 {
+            switch b {
+            case 0x22: out.append(contentsOf: [0x5C, 0x22])
+            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
+            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            case 0..<0x20:
+                let hex: [UInt8] = Array("0123456789abcdef".utf8)
+                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(b >> 4)], hex[Int(b & 0xF)]])
+            default: out.append(b)
+            }
+        }
+        out.append(0x22)
+    }
+}
+
+extension JSON: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral, ExpressibleByNilLiteral {
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int) { self = .number(Double(value)) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(nilLiteral: ()) { self = .null }
+}

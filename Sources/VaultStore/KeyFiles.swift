@@ -1,0 +1,76 @@
+@preconcurrency import Glibc
+import VaultCrypto
+import VaultModel
+import VaultSystem
+
+/// The daemon's key files: the device key, and for a vault without a
+/// passphrase the vault key beside it. Both are 32 random bytes in 0600 files.
+public struct KeyFiles: Sendable {
+    /// Wraps the `always*` class keys and binds `*-this-device-only` keys to the machine.
+    public let deviceKeyPath: String
+    /// The vault key of a vault without a passphrase.
+    public let vaultKeyPath: String
+
+    public init(deviceKeyPath: String, vaultKeyPath: String) {
+        self.deviceKeyPath = deviceKeyPath
+        self.vaultKeyPath = vaultKeyPath
+    }
+
+    /// The files in `folder`: `device.key` and `vault.key`.
+    public init(folder: String) {
+        self.init(deviceKeyPath: folder + "/device.key", vaultKeyPath: folder + "/vault.key")
+    }
+
+    /// Reads a key file, checking its size and that nobody else can read it.
+    static func load(_ path: String, what: String) throws(VaultError) -> SecretKey? {
+        guard let info = FileSystem.ownerAndMode(path) else { return nil }
+        guard !info.isLink, !info.isFolder else { throw VaultError(.failure, "\(what) \(path) is not a regular file") }
+        guard info.uid == getuid() else { throw VaultError(.denied, "\(what) \(path) is owned by another user") }
+        guard info.mode & 0o077 == 0 else {
+            throw VaultError(.denied, "\(what) \(path) is readable by others (mode \(String(info.mode, radix: 8))); chmod 600 it")
+        }
+        var bytes: [UInt8]
+        do { bytes = try FileSystem.read(path, limit: 64) } catch { throw VaultError(.failure, "cannot read \(what): \(error)") }
+        defer { secureZero(&bytes) }
+        guard bytes.count == SecretKey.byteCount else { throw VaultError(.failure, "\(what) \(path) is damaged (\(bytes.count) bytes, expected \(SecretKey.byteCount))") }
+        do { return try SecretKey(SecureBytes(copying: bytes)) } catch { throw VaultError(.failure, "cannot hold \(what) in guarded memory: \(error)") }
+    }
+
+    /// Writes a new random key to `path` (0600, atomically, durably).
+    static func create(_ path: String, what: String) throws(VaultError) -> SecretKey {
+        do {
+            let key = try SecretKey.random()
+            var bytes = key.withUnsafeBytes { Array($0) }
+            defer { secureZero(&bytes) }
+            try FileSystem.makeFolders(FileSystem.parent(of: path))
+            try FileSystem.writeAtomically(path, bytes, mode: 0o600)
+            return key
+        } catch let e as SystemError {
+            throw VaultError(.failure, "cannot write \(what): \(e)")
+        } catch {
+            throw VaultError(.failure, "cannot create \(what) \(path): \(error)")
+        }
+    }
+}
+
+/// This machine's identity (`/etc/machine-id`): an identifier, not key material.
+public enum MachineIdentity {
+    /// The contents of `/etc/machine-id` (or `path`), trimmed.
+    public static func read(path: String = "/etc/machine-id") throws(VaultError) -> String {
+        let bytes: [UInt8]
+        do { bytes = try FileSystem.read(path, limit: 4096) } catch { throw VaultError(.failure, "cannot read the machine identity: \(error)") }
+        let text = String(decoding: bytes, as: UTF8.self).trimmingWhitespace()
+        guard !text.isEmpty else { throw VaultError(.failure, "machine identity \(path) is empty") }
+        return text
+    }
+}
+
+extension String {
+    /// The string without leading and trailing ASCII whitespace.
+    func trimmingWhitespace() -> String {
+        let scalars = unicodeScalars
+        let isSpace: (Unicode.Scalar) -> Bool = { $0 == " " || $0 == "\n" || $0 == "\t" || $0 == "\r" }
+        guard let first = scalars.firstIndex(where: { !isSpace($0) }), let last = scalars.lastIndex(where: { !isSpace($0) }) else { return "" }
+        return String(scalars[first...last])
+    }
+}

@@ -1,0 +1,504 @@
+import Synchronization
+import VaultCrypto
+import VaultModel
+
+/// The sealed vault: the key hierarchy of PRODUCT.md section 3 over an
+/// `ItemStore`, the lock state machine, and an in-memory index of the
+/// sealed items.
+///
+/// Keys: the device key wraps the `always*` class keys; the vault key (from
+/// the passphrase by Argon2id, or random in a 0600 file for a vault without
+/// one) wraps the others; `*-this-device-only` class keys carry an inner
+/// wrapping under the device key bound to the machine identity. Only class
+/// keys are held in memory, in guarded memory; the vault key is used and
+/// dropped. Plaintext secrets exist only inside `withSecrets`.
+///
+/// Thread safety: all state is behind one mutex, which is also held across
+/// store writes so that the index and the store change in the same order.
+/// Argon2id runs outside it, so reads are never stalled by an unlock.
+public final class Vault: Sendable {
+    /// Record names in the store.
+    enum Record {
+        static let format = "vault.format"
+        static let kdf = "vault.kdf"
+        static func classKey(_ mode: AccessMode) -> String { "class-key.\(mode.rawValue)" }
+    }
+
+    struct State {
+        var initialized: Bool
+        var hasPassphrase: Bool
+        var lock: LockState
+        var kdf: KDFRecord?
+        var classKeys: [AccessMode: SecretKey]
+        var items: [ItemKey: StoredItem]
+        /// Class keys whose device binding failed (another machine).
+        var foreignClasses: Set<AccessMode>
+    }
+
+    /// The store the items live in.
+    public let store: any ItemStore
+    let keyFiles: KeyFiles
+    let machineID: String
+    let kdfParameters: PasswordHash.Parameters
+    let deviceKey: Mutex<SecretKey?>
+    let state: Mutex<State>
+
+    /// Opens the vault in `store`. A vault that does not exist yet is created
+    /// on the first write, without a passphrase, unless `initialize` runs first.
+    /// A vault without a passphrase is unlocked at once (its first unlock is the start).
+    public init(store: any ItemStore, keyFiles: KeyFiles, machineID: String, kdfParameters: PasswordHash.Parameters = .interactive) throws(VaultError) {
+        self.store = store
+        self.keyFiles = keyFiles
+        self.machineID = machineID
+        self.kdfParameters = kdfParameters
+        let records = try store.records()
+        let items = try store.allItems()
+        var index: [ItemKey: StoredItem] = [:]
+        for item in items { index[item.key] = item }
+        let initialized = records[Record.format] != nil
+        var classKeys: [AccessMode: SecretKey] = [:]
+        var foreign: Set<AccessMode> = []
+        var kdf: KDFRecord?
+        var device: SecretKey?
+        var lock = LockState.unlocked
+        var hasPassphrase = false
+        if initialized {
+            guard let dk = try KeyFiles.load(keyFiles.deviceKeyPath, what: "device key") else {
+                throw VaultError(.failure, "device key \(keyFiles.deviceKeyPath) is missing: the vault in \(store.location) cannot be opened")
+            }
+            device = dk
+            if let kdfBytes = records[Record.kdf] {
+                kdf = try KDFRecord(decoding: kdfBytes)
+                hasPassphrase = true
+                lock = .lockedSinceStart
+                // A vault key file left by an interrupted `passphrase set` wraps nothing now.
+                try? FileSystemShim.remove(keyFiles.vaultKeyPath)
+            }
+            for mode in AccessMode.allCases where mode.isWrappedByDeviceKey {
+                if let key = try Self.unwrapClassKey(records, mode: mode, outer: dk, device: dk, machineID: machineID) {
+                    classKeys[mode] = key
+                } else {
+                    foreign.insert(mode)
+                }
+            }
+            if !hasPassphrase {
+                guard let vk = try KeyFiles.load(keyFiles.vaultKeyPath, what: "vault key") else {
+                    throw VaultError(.failure, "vault key \(keyFiles.vaultKeyPath) is missing and the vault has no passphrase: the vault in \(store.location) cannot be opened")
+                }
+                for mode in AccessMode.allCases where !mode.isWrappedByDeviceKey {
+                    guard records[Record.classKey(mode)] != nil else { continue }
+                    if let key = try Self.unwrapClassKey(records, mode: mode, outer: vk, device: dk, machineID: machineID) {
+                        classKeys[mode] = key
+                    } else {
+                        foreign.insert(mode)
+                    }
+                }
+            }
+        }
+        deviceKey = Mutex(device)
+        state = Mutex(State(initialized: initialized, hasPassphrase: hasPassphrase, lock: lock, kdf: kdf,
+                            classKeys: classKeys, items: index, foreignClasses: foreign))
+    }
+
+    // MARK: - Key hierarchy
+
+    /// Opens the record of `mode`'s class key: outer layer under `outer`,
+    /// then for this-device-only modes the inner layer bound to the machine.
+    /// Returns nil when the outer layer opens but the device binding does
+    /// not (a copied store on another machine); throws `denied` when the
+    /// outer layer does not open (wrong key).
+    static func unwrapClassKey(_ records: [String: [UInt8]], mode: AccessMode, outer: SecretKey, device: SecretKey, machineID: String) throws(VaultError) -> SecretKey? {
+        guard let blob = records[Record.classKey(mode)] else {
+            throw VaultError(.failure, "the vault has no class key for \(mode.rawValue): the store is damaged")
+        }
+        if !mode.isThisDeviceOnly {
+            do { return try AEAD.unwrap(blob, under: outer, associatedData: AssociatedData.classKey(mode)) } catch {
+                throw VaultError(.denied, "class key \(mode.rawValue) did not open")
+            }
+        }
+        let inner: [UInt8]
+        do {
+            inner = try AEAD.open(blob, key: outer, associatedData: AssociatedData.classKey(mode)) { Array($0) }
+        } catch {
+            throw VaultError(.denied, "class key \(mode.rawValue) did not open")
+        }
+        return try? AEAD.unwrap(inner, under: device, associatedData: AssociatedData.deviceBound(mode, machineID: machineID))
+    }
+
+    /// The record for `key` as class key of `mode`, outer layer under `outer`.
+    static func wrapClassKey(_ key: SecretKey, mode: AccessMode, outer: SecretKey, device: SecretKey, machineID: String) -> [UInt8] {
+        if !mode.isThisDeviceOnly {
+            return AEAD.wrap(key, under: outer, associatedData: AssociatedData.classKey(mode))
+        }
+        let inner = AEAD.wrap(key, under: device, associatedData: AssociatedData.deviceBound(mode, machineID: machineID))
+        return AEAD.seal(inner, key: outer, associatedData: AssociatedData.classKey(mode))
+    }
+
+    /// Re-seals the outer layer of every vault-key-wrapped class key record
+    /// from `old` to `new`, without opening the inner layers (so it works for
+    /// every record, and no item is re-encrypted).
+    static func rewrapOuter(_ records: [String: [UInt8]], from old: SecretKey, to new: SecretKey) throws(VaultError) -> [String: [UInt8]] {
+        var out: [String: [UInt8]] = [:]
+        for mode in AccessMode.allCases where !mode.isWrappedByDeviceKey {
+            guard let blob = records[Record.classKey(mode)] else { continue }
+            do {
+                let ad = AssociatedData.classKey(mode)
+                out[Record.classKey(mode)] = try AEAD.open(blob, key: old, associatedData: ad) { AEAD.seal($0, key: new, associatedData: ad) }
+            } catch {
+                throw VaultError(.denied, "wrong passphrase")
+            }
+        }
+        return out
+    }
+
+    private func loadOrCreateDeviceKey() throws(VaultError) -> SecretKey {
+        try deviceKey.withLock { (dk: inout SecretKey?) throws(VaultError) -> SecretKey in
+            if let dk { return dk }
+            let key: SecretKey
+            if let existing = try KeyFiles.load(keyFiles.deviceKeyPath, what: "device key") {
+                key = existing
+            } else {
+                key = try KeyFiles.create(keyFiles.deviceKeyPath, what: "device key")
+            }
+            dk = key
+            return key
+        }
+    }
+
+    /// Creates the vault inside the state lock: class keys, their records,
+    /// and the vault key (passphrase-derived, or a new key file).
+    private func create(_ s: inout State, passphraseKey: (SecretKey, KDFRecord)?) throws(VaultError) {
+        let dk = try loadOrCreateDeviceKey()
+        let vk: SecretKey
+        if let (key, _) = passphraseKey { vk = key } else { vk = try KeyFiles.create(keyFiles.vaultKeyPath, what: "vault key") }
+        var records: [String: [UInt8]] = [Record.format: [1]]
+        var keys: [AccessMode: SecretKey] = [:]
+        for mode in AccessMode.allCases {
+            let ck: SecretKey
+            do { ck = try SecretKey.random() } catch { throw VaultError(.failure, "cannot create class keys: \(error)") }
+            keys[mode] = ck
+            records[Record.classKey(mode)] = Self.wrapClassKey(ck, mode: mode, outer: mode.isWrappedByDeviceKey ? dk : vk, device: dk, machineID: machineID)
+        }
+        if let (_, kdf) = passphraseKey { records[Record.kdf] = kdf.encoded() }
+        try store.apply(StoreChange(putRecords: records))
+        s.initialized = true
+        s.hasPassphrase = passphraseKey != nil
+        s.kdf = passphraseKey?.1
+        s.classKeys = keys
+        s.foreignClasses = []
+        s.lock = .unlocked
+    }
+
+    private func deriveKey(_ passphrase: SecureBytes, _ kdf: KDFRecord) throws(VaultError) -> SecretKey {
+        do { return try PasswordHash.deriveKey(passphrase: passphrase, salt: kdf.salt, parameters: kdf.parameters) } catch {
+            throw VaultError(.failure, "cannot derive the vault key: \(error)")
+        }
+    }
+
+    private func newKDF() -> KDFRecord {
+        KDFRecord(salt: randomBytes(PasswordHash.saltBytes), parameters: kdfParameters)
+    }
+
+    // MARK: - Status
+
+    /// A snapshot for `vaultctl status`.
+    public struct Status: Sendable {
+        public let initialized: Bool
+        public let hasPassphrase: Bool
+        public let lockState: LockState
+        public let itemCount: Int
+        public let backend: String
+        public let location: String
+    }
+
+    /// The current state.
+    public var status: Status {
+        state.withLock { s in
+            Status(initialized: s.initialized, hasPassphrase: s.hasPassphrase, lockState: s.lock, itemCount: s.items.count,
+                   backend: store.backendName, location: store.location)
+        }
+    }
+
+    /// The lock state.
+    public var lockState: LockState { state.withLock { $0.lock } }
+
+    // MARK: - Lock and unlock
+
+    /// Creates the vault with a passphrase (`vaultctl init`). Fails if a vault exists.
+    public func initialize(passphrase: SecureBytes?) throws(VaultError) {
+        let kdf = newKDF()
+        let derived = try passphrase.map { p throws(VaultError) in (try deriveKey(p, kdf), kdf) }
+        try state.withLock { s throws(VaultError) in
+            guard !s.initialized else { throw VaultError(.failure, "a vault already exists in \(store.location)") }
+            try create(&s, passphraseKey: derived)
+        }
+    }
+
+    /// Unlocks: with the passphrase for a vault that has one, without for one
+    /// that does not. A wrong passphrase is a `denied` error and changes nothing.
+    public func unlock(passphrase: SecureBytes?) throws(VaultError) {
+        let (initialized, hasPassphrase, kdf) = state.withLock { ($0.initialized, $0.hasPassphrase, $0.kdf) }
+        guard initialized else {
+            if passphrase != nil { throw VaultError(.usage, "the vault has no passphrase yet; set one with `vaultctl passphrase set`") }
+            return
+        }
+        let vk: SecretKey
+        if hasPassphrase, let kdf {
+            guard let passphrase else { throw VaultError(.usage, "this vault has a passphrase: give it to unlock") }
+            vk = try deriveKey(passphrase, kdf)
+        } else {
+            if passphrase != nil { throw VaultError(.usage, "this vault has no passphrase; unlock it without one") }
+            guard let key = try KeyFiles.load(keyFiles.vaultKeyPath, what: "vault key") else {
+                throw VaultError(.failure, "vault key \(keyFiles.vaultKeyPath) is missing")
+            }
+            vk = key
+        }
+        let dk = try loadOrCreateDeviceKey()
+        let records = try store.records()
+        var opened: [AccessMode: SecretKey] = [:]
+        var foreign: Set<AccessMode> = []
+        for mode in AccessMode.allCases where !mode.isWrappedByDeviceKey {
+            guard records[Record.classKey(mode)] != nil else { continue }
+            do throws(VaultError) {
+                if let key = try Self.unwrapClassKey(records, mode: mode, outer: vk, device: dk, machineID: machineID) {
+                    opened[mode] = key
+                } else {
+                    foreign.insert(mode)
+                }
+            } catch {
+                throw VaultError(.denied, hasPassphrase ? "wrong passphrase" : "the vault key does not open the vault: \(keyFiles.vaultKeyPath) belongs to another vault")
+            }
+        }
+        state.withLock { s in
+            for (mode, key) in opened { s.classKeys[mode] = key }
+            s.foreignClasses.formUnion(foreign)
+            s.lock = .unlocked
+        }
+    }
+
+    /// Locks: wipes the `when-unlocked*` class keys (their guarded memory is
+    /// zeroed and freed as the last reference goes); `after-first-unlock*`
+    /// keys stay until the daemon stops. Before the first unlock it changes nothing.
+    public func lock() {
+        state.withLock { s in
+            guard s.lock == .unlocked, s.initialized else { return }
+            for mode in AccessMode.allCases where mode.availability == .whenUnlocked { s.classKeys[mode] = nil }
+            s.lock = .locked
+        }
+    }
+
+    // MARK: - Passphrase
+
+    /// Adds a passphrase to a vault without one (creating the vault if needed).
+    /// Needs the vault unlocked. Class keys are re-wrapped, no item is re-encrypted.
+    public func setPassphrase(_ passphrase: SecureBytes) throws(VaultError) {
+        let kdf = newKDF()
+        let newKey = try deriveKey(passphrase, kdf)
+        try state.withLock { s throws(VaultError) in
+            guard s.initialized else {
+                try create(&s, passphraseKey: (newKey, kdf))
+                return
+            }
+            guard !s.hasPassphrase else { throw VaultError(.usage, "the vault already has a passphrase; use `vaultctl passphrase change`") }
+            guard let oldKey = try KeyFiles.load(keyFiles.vaultKeyPath, what: "vault key") else {
+                throw VaultError(.failure, "vault key \(keyFiles.vaultKeyPath) is missing")
+            }
+            var records = try Self.rewrapOuter(try store.records(), from: oldKey, to: newKey)
+            records[Record.kdf] = kdf.encoded()
+            try store.apply(StoreChange(putRecords: records))
+            s.hasPassphrase = true
+            s.kdf = kdf
+        }
+        // The store no longer needs it; a crash before this line leaves a file that wraps nothing.
+        do { try FileSystemShim.remove(keyFiles.vaultKeyPath) } catch { /* removed at the next start */ }
+    }
+
+    /// Replaces the passphrase; the old one must be right.
+    public func changePassphrase(old: SecureBytes, new: SecureBytes) throws(VaultError) {
+        guard let oldKDF = state.withLock({ $0.kdf }) else { throw VaultError(.usage, "the vault has no passphrase; use `vaultctl passphrase set`") }
+        let oldKey = try deriveKey(old, oldKDF)
+        let kdf = newKDF()
+        let newKey = try deriveKey(new, kdf)
+        try state.withLock { s throws(VaultError) in
+            guard s.kdf == oldKDF else { throw VaultError(.temporary, "the passphrase changed meanwhile; try again") }
+            var records = try Self.rewrapOuter(try store.records(), from: oldKey, to: newKey)
+            records[Record.kdf] = kdf.encoded()
+            try store.apply(StoreChange(putRecords: records))
+            s.kdf = kdf
+        }
+    }
+
+    /// Removes the passphrase; the vault key then sits beside the device key.
+    /// Deletes every `when-passcode-set-this-device-only` item, as the spec says.
+    public func removePassphrase(current: SecureBytes) throws(VaultError) {
+        guard let oldKDF = state.withLock({ $0.kdf }) else { throw VaultError(.usage, "the vault has no passphrase") }
+        let oldKey = try deriveKey(current, oldKDF)
+        // Verify before writing anything.
+        _ = try Self.rewrapOuter(try store.records(), from: oldKey, to: oldKey)
+        let newKey = try KeyFiles.create(keyFiles.vaultKeyPath, what: "vault key")
+        try state.withLock { s throws(VaultError) in
+            guard s.kdf == oldKDF else { throw VaultError(.temporary, "the passphrase changed meanwhile; try again") }
+            let records = try Self.rewrapOuter(try store.records(), from: oldKey, to: newKey)
+            let doomed = s.items.values.filter { $0.mode == .whenPasscodeSetThisDeviceOnly }.map(\.key)
+            try store.apply(StoreChange(deleteItems: doomed, putRecords: records, deleteRecords: [Record.kdf]))
+            for key in doomed { s.items[key] = nil }
+            s.hasPassphrase = false
+            s.kdf = nil
+        }
+    }
+
+    // MARK: - Items
+
+    /// Seals `secrets` under the class key of `mode` and stores the item,
+    /// replacing any item with the same key. Creates the vault on first use.
+    @discardableResult
+    public func put(_ key: ItemKey, mode: AccessMode, secrets: [UInt8], expiresAt: Double?, status: ItemStatus = .ok) throws(VaultError) -> StoredItem {
+        try ItemName.validate(key.provider, what: "provider")
+        try ItemName.validate(key.account, what: "account")
+        return try state.withLock { s throws(VaultError) -> StoredItem in
+            if !s.initialized { try create(&s, passphraseKey: nil) }
+            if mode == .whenPasscodeSetThisDeviceOnly && !s.hasPassphrase {
+                throw VaultError(.locked, "mode \(mode.rawValue) can only be stored while the vault has a passphrase (vaultctl passphrase set)")
+            }
+            let classKey = try Self.classKey(s, mode: mode, for: key)
+            let now = WallClock.now()
+            let item = StoredItem(key: key, mode: mode, expiresAt: expiresAt, status: status,
+                                  createdAt: s.items[key]?.createdAt ?? now, updatedAt: now,
+                                  sealed: AEAD.seal(secrets, key: classKey, associatedData: AssociatedData.item(key, mode: mode)))
+            try store.apply(StoreChange(putItems: [item]))
+            s.items[key] = item
+            return item
+        }
+    }
+
+    /// The class key for `mode` if the lock state allows it now.
+    private static func classKey(_ s: State, mode: AccessMode, for key: ItemKey) throws(VaultError) -> SecretKey {
+        guard mode.isReadable(in: s.lock) else {
+            throw VaultError(.locked, "\(key) is locked: mode \(mode.rawValue) needs the vault unlocked (vaultctl unlock)")
+        }
+        if s.foreignClasses.contains(mode) {
+            throw VaultError(.failure, "\(key) is bound to another machine (\(mode.rawValue)) and cannot be opened here")
+        }
+        guard let classKey = s.classKeys[mode] else {
+            throw VaultError(.locked, "\(key) is locked: mode \(mode.rawValue) needs the vault unlocked (vaultctl unlock)")
+        }
+        return classKey
+    }
+
+    /// Opens `key`'s secrets and passes them to `body` in a buffer wiped
+    /// when `body` returns. Throws `notFound`, `locked`, or a `failure` when
+    /// the sealed record does not authenticate (tampered or moved).
+    public func withSecrets<R>(_ key: ItemKey, _ body: (StoredItem, UnsafeRawBufferPointer) throws(VaultError) -> R) throws(VaultError) -> R {
+        let (item, classKey) = try state.withLock { s throws(VaultError) -> (StoredItem, SecretKey) in
+            guard let item = s.items[key] else { throw VaultError(.notFound, "no item \(key)") }
+            return (item, try Self.classKey(s, mode: item.mode, for: key))
+        }
+        do {
+            return try AEAD.open(item.sealed, key: classKey, associatedData: AssociatedData.item(key, mode: item.mode)) { plain in
+                try body(item, plain)
+            }
+        } catch let e as VaultError {
+            throw e
+        } catch {
+            throw VaultError(.failure, "\(key) cannot be opened: its sealed record failed authentication (the store was modified, or the record belongs to another item)")
+        }
+    }
+
+    /// The item's metadata, if it exists.
+    public func item(_ key: ItemKey) -> StoredItem? { state.withLock { $0.items[key] } }
+
+    /// Every item's metadata with whether it can be read now, sorted.
+    public func list() -> [(item: StoredItem, readable: Bool)] {
+        state.withLock { s in
+            s.items.values.sorted { ($0.key.provider, $0.key.account, $0.key.kind.rawValue) < ($1.key.provider, $1.key.account, $1.key.kind.rawValue) }
+                .map { ($0, $0.mode.isReadable(in: s.lock) && s.classKeys[$0.mode] != nil && !s.foreignClasses.contains($0.mode)) }
+        }
+    }
+
+    /// Deletes an item (needs no key, works in every lock state).
+    /// Returns false if there was none.
+    @discardableResult
+    public func delete(_ key: ItemKey) throws(VaultError) -> Bool {
+        try state.withLock { s throws(VaultError) -> Bool in
+            guard s.items[key] != nil else { return false }
+            try store.apply(StoreChange(deleteItems: [key]))
+            s.items[key] = nil
+            return true
+        }
+    }
+
+    /// Updates an item's status (for example `needs-reauth`) without touching its seal.
+    public func setStatus(_ key: ItemKey, _ status: ItemStatus) throws(VaultError) {
+        try state.withLock { s throws(VaultError) in
+            guard var item = s.items[key] else { throw VaultError(.notFound, "no item \(key)") }
+            item.status = status
+            try store.apply(StoreChange(putItems: [item]))
+            s.items[key] = item
+        }
+    }
+}
+
+/// The Argon2id salt and costs of a vault with a passphrase.
+struct KDFRecord: Sendable, Equatable {
+    var salt: [UInt8]
+    var parameters: PasswordHash.Parameters
+
+    init(salt: [UInt8], parameters: PasswordHash.Parameters) {
+        self.salt = salt
+        self.parameters = parameters
+    }
+
+    init(decoding bytes: [UInt8]) throws(VaultError) {
+        guard let json = try? JSON.parse(bytes), json["alg"]?.stringValue == "argon2id13",
+              let saltHex = json["salt"]?.stringValue, let salt = Hex.decode(saltHex), salt.count == PasswordHash.saltBytes,
+              let ops = json["ops"]?.numberValue, let mem = json["mem"]?.numberValue, ops >= 1, mem >= 1 else {
+            throw VaultError(.failure, "the vault's passphrase parameters are damaged")
+        }
+        self.init(salt: salt, parameters: .init(opsLimit: UInt64(ops), memLimit: Int(mem)))
+    }
+
+    func encoded() -> [UInt8] {
+        JSON.object(JSONObject([("alg", "argon2id13"), ("salt", .string(Hex.encode(salt))),
+                                ("ops", .number(Double(parameters.opsLimit))), ("mem", .number(Double(parameters.memLimit)))])).serialized()
+    }
+}
+
+/// Lowercase hexadecimal.
+enum Hex {
+    static func encode(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func decode(_ text: String) -> [UInt8]? {
+        let chars = Array(text.utf8)
+        guard chars.count % 2 == 0 else { return nil }
+        func v(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 48...57: return c - 48
+            case 97...102: return c - 87
+            case 65...70: return c - 55
+            default: return nil
+            }
+        }
+        var out: [UInt8] = []
+        var i = 0
+        while i < chars.count {
+            guard let h = v(chars[i]), let l = v(chars[i + 1]) else { return nil }
+            out.append(h << 4 | l)
+            i += 2
+        }
+        return out
+    }
+}
+
+import VaultSystem
+
+/// File removal with the vault's error type.
+enum FileSystemShim {
+    static func remove(_ path: String) throws(VaultError) {
+        do { try FileSystem.remove(path) } catch { throw VaultError(.failure, "\(error)") }
+    }
+}
