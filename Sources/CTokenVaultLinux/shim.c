@@ -2,6 +2,7 @@
 #include "CTokenVaultLinux.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -104,4 +105,8 @@ int ctv_send_datagram(const char *path, const void *buf, size_t len) {
 
 ssize_t ctv_send_nosignal(int fd, const void *buf, size_t len) {
     return send(fd, buf, len, MSG_NOSIGNAL);
+}
+
+int ctv_pipe_cloexec_nonblock(int fds[2]) {
+    return pipe2(fds, O_CLOEXEC | O_NONBLOCK);
 }

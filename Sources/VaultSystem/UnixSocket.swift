@@ -168,3 +168,54 @@ public final class UnixListener: Sendable {
         if let boundPath { unlink(boundPath) }
     }
 }
+
+extension SocketConnection {
+    /// Shuts the receiving side down (`shutdown(SHUT_RD)`): a blocked reader
+    /// sees end of file, while a response being written still goes out.
+    public func shutdownRead() {
+        _ = Glibc.shutdown(fd, Int32(SHUT_RD))
+    }
+}
+
+/// A pipe whose only use is to wake a thread blocked in `poll` (`pipe2`).
+public final class WakePipe: Sendable {
+    public let readFD: Int32
+    public let writeFD: Int32
+
+    public init() throws(SystemError) {
+        var fds: [Int32] = [0, 0]
+        guard ctv_pipe_cloexec_nonblock(&fds) == 0 else { throw SystemError("pipe2", "wake pipe") }
+        readFD = fds[0]
+        writeFD = fds[1]
+    }
+
+    deinit {
+        close(readFD)
+        close(writeFD)
+    }
+
+    /// Wakes every poller of `readFD` (the byte is never read, so it stays readable).
+    public func wake() {
+        var b: UInt8 = 1
+        _ = write(writeFD, &b, 1)
+    }
+}
+
+extension UnixListener {
+    /// Waits for a connection or for `wake` to fire; nil when woken (or on a
+    /// transient accept error). Accepts with `accept4(SOCK_CLOEXEC)`.
+    public func accept(wake: WakePipe) throws(SystemError) -> SocketConnection? {
+        var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)]
+        let r = retryOnInterrupt { poll(&fds, 2, -1) }
+        if r < 0 { throw SystemError("poll", "listener") }
+        if fds[1].revents != 0 { return nil }
+        let c = retryOnInterrupt { ctv_accept_cloexec(fd) }
+        if c < 0 {
+            switch errno {
+            case EAGAIN, ECONNABORTED, EPROTO, EMFILE, ENFILE, ENOBUFS, ENOMEM: return nil
+            default: throw SystemError("accept", "listener")
+            }
+        }
+        return SocketConnection(adopting: c)
+    }
+}

@@ -1,1 +1,4 @@
-print("x")
+@preconcurrency import Glibc
+import VaultDaemon
+
+exit(Daemon.main(arguments: Array(CommandLine.arguments.dropFirst())))

@@ -44,4 +44,7 @@ int ctv_send_datagram(const char *addr, const void *buf, size_t len);
 /// send(fd, buf, len, MSG_NOSIGNAL).
 ssize_t ctv_send_nosignal(int fd, const void *buf, size_t len);
 
+/// pipe2(fds, O_CLOEXEC | O_NONBLOCK).
+int ctv_pipe_cloexec_nonblock(int fds[2]);
+
 #endif

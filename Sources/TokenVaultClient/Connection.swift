@@ -1,0 +1,69 @@
+import VaultModel
+import VaultProtocol
+import VaultSystem
+
+/// One open connection to the daemon: hello exchanged, requests sent one at a time.
+/// Not thread safe: `TokenVaultClient` guards it with a mutex.
+final class Connection {
+    let socket: SocketConnection
+    private var buffer = FrameBuffer()
+    private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
+    private var nextID: UInt64 = 1
+    let timeoutMs: Int32
+
+    init(path: String, timeoutMs: Int32) throws(TokenVaultError) {
+        self.timeoutMs = timeoutMs
+        do {
+            socket = try SocketConnection.connect(path: path)
+        } catch {
+            throw .daemonUnavailable("tokenvaultd is not running (cannot connect to \(path): \(error))")
+        }
+        let hello = try send(.hello, [("protocol", .number(Double(protocolVersion))), ("client", "TokenVaultClient")])
+        guard hello["protocol"]?.numberValue == Double(protocolVersion) else {
+            throw .protocolError("the daemon does not speak protocol \(protocolVersion)")
+        }
+    }
+
+    /// Sends one request and waits for its response.
+    func send(_ op: Operation, _ params: [(String, JSON)]) throws(TokenVaultError) -> JSON {
+        let id = nextID
+        nextID += 1
+        var payload = Message.request(id: id, op: op, params)
+        defer { for i in payload.indices { payload[i] = 0 } }
+        var frame = Frame.encode(payload)
+        defer { for i in frame.indices { frame[i] = 0 } }
+        do {
+            try socket.writeAll(frame, timeoutMs: timeoutMs)
+        } catch {
+            throw .daemonUnavailable("lost the connection to tokenvaultd: \(error)")
+        }
+        while true {
+            do {
+                if var response = try buffer.next() {
+                    defer { for i in response.indices { response[i] = 0 } }
+                    let json: JSON
+                    do { json = try JSON.parse(response) } catch { throw TokenVaultError.protocolError("the daemon sent invalid JSON: \(error)") }
+                    do { return try Message.result(of: json, expectingID: id) } catch { throw TokenVaultError(error) }
+                }
+            } catch let e as TokenVaultError {
+                throw e
+            } catch {
+                throw .protocolError("the daemon sent a bad frame")
+            }
+            let n: Int
+            do {
+                guard try socket.waitReadable(timeoutMs: timeoutMs) else {
+                    throw TokenVaultError.daemonUnavailable("tokenvaultd did not answer within \(timeoutMs / 1000) s")
+                }
+                n = try socket.read(into: &readBuffer, offset: 0, count: readBuffer.count)
+            } catch let e as TokenVaultError {
+                throw e
+            } catch {
+                throw .daemonUnavailable("lost the connection to tokenvaultd: \(error)")
+            }
+            if n == 0 { throw .daemonUnavailable("tokenvaultd closed the connection") }
+            buffer.append(readBuffer[0..<n])
+            for i in 0..<n { readBuffer[i] = 0 }
+        }
+    }
+}

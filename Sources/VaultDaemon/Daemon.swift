@@ -1,0 +1,144 @@
+@preconcurrency import Glibc
+import VaultModel
+import VaultProtocol
+import VaultStore
+import VaultSystem
+
+/// The daemon's life: start (config, store, vault, socket), serve, reload
+/// on SIGHUP, and stop cleanly on SIGTERM.
+public enum Daemon {
+    /// Runs until SIGTERM/SIGINT; returns the exit status.
+    public static func main(arguments: [String]) -> Int32 {
+        if arguments.contains("-h") || arguments.contains("--help") {
+            print(DaemonOptions.usage)
+            return 0
+        }
+        if arguments.contains("--version") {
+            print("tokenvaultd \(version)")
+            return 0
+        }
+        let options: DaemonOptions
+        do { options = try DaemonOptions.parse(arguments) } catch {
+            fputs("tokenvaultd: \(error.message)\n\(DaemonOptions.usage)\n", stderr)
+            return error.code.exitCode
+        }
+        let logger = Logger(level: options.logLevel)
+        do {
+            return try run(options, logger: logger)
+        } catch {
+            logger.error("cannot start: \(error.message)")
+            return error.code.exitCode
+        }
+    }
+
+    /// The version string.
+    public static let version = "0.1.0"
+
+    static func run(_ options: DaemonOptions, logger: Logger) throws(VaultError) -> Int32 {
+        do { try ProcessHardening.disableCoreDumps() } catch { logger.warning("core dumps could not be disabled: \(error)") }
+        ProcessHardening.ignoreSIGPIPE()
+        // Signals go to one waiting thread; block them before any thread starts.
+        let signals = [SIGTERM, SIGINT, SIGHUP]
+        blockSignals(signals)
+
+        let config = try Config.load(path: options.configPath)
+        let (store, reason) = try openStore(options, config: config)
+        let machineID = try MachineIdentity.read()
+        let vault = try Vault(store: store, keyFiles: KeyFiles(folder: options.dataFolder), machineID: machineID)
+        let audit = try AuditLog(path: options.auditLogPath)
+        let listener = try listen(options, logger: logger)
+        let socketShown = listener.boundPath ?? "\(options.socketPath) (from systemd)"
+        let service = VaultService(vault: vault, config: config, configPath: options.configPath, storeReason: reason,
+                                   socketPath: socketShown, logger: logger, audit: audit)
+        let server: SocketServer
+        do { server = try SocketServer(listener: listener, service: service, logger: logger, limits: options.limits) } catch {
+            throw VaultError(.failure, "\(error)")
+        }
+        do {
+            try spawnThread {
+                while true {
+                    let sig = waitForSignal(signals)
+                    if sig == SIGHUP {
+                        do {
+                            service.replaceConfig(try Config.load(path: options.configPath))
+                            logger.info("config reloaded from \(options.configPath)")
+                        } catch {
+                            logger.error("config reload failed, keeping the old config: \(error)")
+                        }
+                        continue
+                    }
+                    logger.info("received \(sig == SIGTERM ? "SIGTERM" : "SIGINT"), stopping")
+                    SystemdNotify.send("STOPPING=1")
+                    server.stop()
+                    return
+                }
+            }
+        } catch {
+            throw VaultError(.failure, "cannot start the signal thread: \(error)")
+        }
+        let status = vault.status
+        logger.info("ready: \(status.itemCount) item(s) in \(status.backend) store \(status.location), vault \(status.lockState.rawValue), socket \(socketShown)")
+        SystemdNotify.send("READY=1\nSTATUS=serving \(status.itemCount) item(s)")
+        server.run()
+        if !server.waitForConnections(timeoutMs: 10_000) {
+            logger.warning("\(server.connectionCount) connection(s) still busy after 10 s; exiting anyway")
+        }
+        vault.lock()
+        listener.unlinkPath()
+        logger.info("stopped")
+        return 0
+    }
+
+    /// Chooses and opens the store (PRODUCT.md section 2), with the reason for `status`.
+    static func openStore(_ options: DaemonOptions, config: Config) throws(VaultError) -> (any ItemStore, String) {
+        let choice: String
+        let source: String
+        if let c = options.storeChoice, let s = options.storeChoiceSource {
+            choice = c
+            source = s
+        } else {
+            choice = config.store.rawValue
+            source = config.store == .auto ? "default" : "config"
+        }
+        let dbPath = options.dataFolder + "/vault.db"
+        switch choice {
+        case "sqlite":
+            return (try SQLiteStore(path: dbPath), "sqlite chosen by \(source)")
+        case "auto":
+            return (try SQLiteStore(path: dbPath), "auto: the secret-service store is not available in this version, so the SQLite store is used")
+        case "secret-service":
+            throw VaultError(.usage, "the secret-service store is not available in this version; use --store sqlite")
+        default:
+            throw VaultError(.usage, "store \"\(ItemName.printable(choice))\" (from \(source)) must be auto, sqlite or secret-service")
+        }
+    }
+
+    /// The inherited socket (systemd `LISTEN_FDS`), or a new one at the socket path.
+    static func listen(_ options: DaemonOptions, logger: Logger) throws(VaultError) -> UnixListener {
+        let inherited = SystemdNotify.listenFDs()
+        if let fd = inherited.first {
+            do {
+                let l = try UnixListener.adopt(fd: fd)
+                logger.info("using the socket passed by systemd (fd \(fd))")
+                return l
+            } catch {
+                throw VaultError(.failure, "the socket passed by systemd is unusable: \(error)")
+            }
+        }
+        let folder = FileSystem.parent(of: options.socketPath)
+        do {
+            if !FileSystem.exists(folder) {
+                try FileSystem.makeFolders(folder, mode: 0o700)
+            }
+        } catch {
+            throw VaultError(.failure, "cannot create socket folder \(folder): \(error)")
+        }
+        if options.socketIsDefault { try SocketPath.checkFolder(folder) }
+        do {
+            return try UnixListener.bind(path: options.socketPath)
+        } catch {
+            if error.errno == EADDRINUSE { throw VaultError(.failure, "another tokenvaultd is already serving \(options.socketPath)") }
+            throw VaultError(.failure, "cannot listen on \(options.socketPath): \(error)")
+        }
+    }
+}
