@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian machine and runs the whole TokenVault test suite:
+# unit tests, store tests on real SQLite files, and end-to-end tests that
+# start tokenvaultd and vaultctl as processes on private XDG folders.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --test
+
+# The end-to-end tests run a client as another user to check SO_PEERCRED.
+if [[ $(id -u) -eq 0 ]] && ! id tokenvault-test >/dev/null 2>&1; then
+  useradd --system --no-create-home --shell /usr/sbin/nologin tokenvault-test
+fi
+
+# Build everything once; the tests use the binaries in .build/debug.
+swift build --build-tests
+# Tests in parallel would compete for 2 cores and the same temp space.
+swift test --skip-build --no-parallel "$@"
