@@ -1,1 +1,277 @@
-print("todo")
+// Benchmarks for TokenVault (`make bench` / scripts/bench.sh runs them and
+// docs/performance.md keeps the figures). Not a test: it prints numbers.
+@preconcurrency import Glibc
+import Foundation
+import Synchronization
+import TokenVaultClient
+import VaultCrypto
+import VaultModel
+import VaultProtocol
+import VaultStore
+import VaultSystem
+
+func now() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+func percentile(_ sorted: [Double], _ p: Double) -> Double {
+    sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+}
+
+func report(_ name: String, _ value: String) { print("\(name): \(value)") }
+
+func fail(_ message: String) -> Never {
+    fputs("tokenvault-bench: \(message)\n", stderr)
+    exit(1)
+}
+
+func tokenJSON(_ i: Int) -> [UInt8] {
+    let access = "gho_" + String(repeating: "a", count: 36) + String(i)
+    let refresh = "ghr_" + String(repeating: "b", count: 60) + String(i)
+    return Array("{\"access_token\":\"\(access)\",\"token_type\":\"bearer\",\"expires_in\":28800,\"refresh_token\":\"\(refresh)\",\"scope\":\"repo,gist\",\"obtained_at\":1764400000}".utf8)
+}
+
+func fileSize(_ path: String) -> Int {
+    var st = stat()
+    return stat(path, &st) == 0 ? Int(st.st_size) : 0
+}
+
+/// Store figures: Argon2id, seal+store, load+open, size per item.
+func benchStore(folder: String, count: Int) throws {
+    // Argon2id with the interactive limits, as an unlock pays it.
+    var times: [Double] = []
+    let pass = try SecureBytes(copying: Array("correct horse battery staple".utf8))
+    for _ in 0..<5 {
+        let t = now()
+        _ = try PasswordHash.deriveKey(passphrase: pass, salt: randomBytes(16), parameters: .interactive)
+        times.append(now() - t)
+    }
+    times.sort()
+    report("argon2id_interactive_ms_median", String(format: "%.1f", times[2] * 1000))
+
+    let machine = "bench-machine"
+    let dbPath = folder + "/vault.db"
+    do {
+        let store = try SQLiteStore(path: dbPath)
+        let vault = try Vault(store: store, keyFiles: KeyFiles(folder: folder), machineID: machine)
+        try vault.initialize(passphrase: nil)
+        var t = now()
+        for i in 0..<count {
+            try vault.put(ItemKey(provider: "p\(i % 50)", account: "acct\(i)"), mode: .afterFirstUnlock, secrets: tokenJSON(i), expiresAt: 2e9)
+        }
+        var dt = now() - t
+        report("seal_store_one_txn_each_items_per_s", String(format: "%.0f", Double(count) / dt))
+        report("seal_store_one_txn_each_ms_per_item", String(format: "%.3f", dt * 1000 / Double(count)))
+        // The same work batched in one transaction (imports, migration).
+        let batch = (0..<count).map { i in Vault.NewItem(key: ItemKey(provider: "b\(i % 50)", account: "acct\(i)"), mode: .afterFirstUnlock, secrets: tokenJSON(i), expiresAt: 2e9) }
+        t = now()
+        try vault.putBatch(batch)
+        dt = now() - t
+        report("seal_store_batched_items_per_s", String(format: "%.0f", Double(count) / dt))
+        for i in 0..<count { try vault.delete(ItemKey(provider: "b\(i % 50)", account: "acct\(i)")) }
+        try store.checkpoint()
+    }
+    // Reopen: load every row, then open every seal.
+    let t0 = now()
+    let store = try SQLiteStore(path: dbPath)
+    let vault = try Vault(store: store, keyFiles: KeyFiles(folder: folder), machineID: machine)
+    let loaded = now() - t0
+    let items = vault.list()
+    let t1 = now()
+    var bytes = 0
+    for entry in items {
+        bytes += try vault.withSecrets(entry.item.key) { _, plain in plain.count }
+    }
+    let opened = now() - t1
+    report("load_all_items_ms", String(format: "%.1f (%d items)", loaded * 1000, items.count))
+    report("open_items_per_s", String(format: "%.0f", Double(items.count) / opened))
+    report("load_and_open_items_per_s", String(format: "%.0f", Double(items.count) / (loaded + opened)))
+    try store.checkpoint()
+    let size = fileSize(dbPath)
+    report("db_bytes", "\(size)")
+    report("db_bytes_per_item", String(format: "%.0f (sealed payload %d bytes + metadata)", Double(size) / Double(items.count), tokenJSON(0).count + AEAD.overhead))
+}
+
+/// Creates a vault without a passphrase holding `count` items, in one transaction.
+func populate(folder: String, count: Int) throws {
+    let store = try SQLiteStore(path: folder + "/vault.db")
+    let vault = try Vault(store: store, keyFiles: KeyFiles(folder: folder), machineID: try MachineIdentity.read())
+    let modes: [AccessMode] = [.afterFirstUnlock, .always, .whenUnlocked, .alwaysThisDeviceOnly]
+    let batch = (0..<count).map { i in
+        Vault.NewItem(key: ItemKey(provider: i == 0 ? "bench" : "p\(i % 100)", account: i == 0 ? "default" : "acct\(i)"),
+                      mode: i == 0 ? .afterFirstUnlock : modes[i % modes.count], secrets: tokenJSON(i), expiresAt: WallClock.now() + 86400 + Double(i))
+    }
+    try vault.putBatch(batch)
+    try store.checkpoint()
+}
+
+/// Round-trip latency of bearer requests on a kept connection.
+func latency(socket: String, count: Int) throws {
+    let client = TokenVaultClient(socketPath: socket)
+    for _ in 0..<1000 { _ = try client.bearerHeader(provider: "bench") }
+    var samples: [Double] = []
+    samples.reserveCapacity(count)
+    for _ in 0..<count {
+        let t = now()
+        _ = try client.bearerHeader(provider: "bench")
+        samples.append(now() - t)
+    }
+    samples.sort()
+    report("bearer_p50_us", String(format: "%.1f", percentile(samples, 0.5) * 1e6))
+    report("bearer_p99_us", String(format: "%.1f", percentile(samples, 0.99) * 1e6))
+}
+
+/// The sizes of a real bearer request and response, measured on the wire.
+func wireSizes(socket: String) throws -> (Int, Int) {
+    let request = Message.request(id: 2, op: .token, [("provider", "bench")])
+    let conn = try SocketConnection.connect(path: socket)
+    let hello = Frame.encode(Message.request(id: 1, op: .hello, [("protocol", 1)]))
+    try conn.writeAll(hello)
+    var buf = FrameBuffer()
+    var rb = [UInt8](repeating: 0, count: 65536)
+    func next() throws -> [UInt8] {
+        while true {
+            if let f = try buf.next() { return f }
+            let n = try conn.read(into: &rb, offset: 0, count: rb.count)
+            if n == 0 { fail("daemon closed") }
+            buf.append(rb[0..<n])
+        }
+    }
+    _ = try next()
+    try conn.writeAll(Frame.encode(request))
+    let response = try next()
+    return (request.count, response.count)
+}
+
+/// A bare Unix-socket echo of the same sizes: the floor to compare with.
+func echoServer(path: String, responseSize: Int) throws {
+    let listener = try UnixListener.bind(path: path)
+    let reply = Frame.encode([UInt8](repeating: UInt8(ascii: "x"), count: responseSize))
+    print("ready")
+    fflush(stdout)
+    while let conn = try listener.accept(timeoutMs: -1) {
+        var buf = FrameBuffer()
+        var rb = [UInt8](repeating: 0, count: 65536)
+        loop: while true {
+            while let _ = try buf.next() { try conn.writeAll(reply) }
+            let n = try conn.read(into: &rb, offset: 0, count: rb.count)
+            if n == 0 { break loop }
+            buf.append(rb[0..<n])
+        }
+    }
+}
+
+func echoLatency(path: String, requestSize: Int, count: Int) throws {
+    let conn = try SocketConnection.connect(path: path)
+    let request = Frame.encode([UInt8](repeating: UInt8(ascii: "y"), count: requestSize))
+    var buf = FrameBuffer()
+    var rb = [UInt8](repeating: 0, count: 65536)
+    func roundTrip() throws {
+        try conn.writeAll(request)
+        while true {
+            if try buf.next() != nil { return }
+            let n = try conn.read(into: &rb, offset: 0, count: rb.count)
+            if n == 0 { fail("echo server closed") }
+            buf.append(rb[0..<n])
+        }
+    }
+    for _ in 0..<1000 { try roundTrip() }
+    var samples: [Double] = []
+    for _ in 0..<count {
+        let t = now()
+        try roundTrip()
+        samples.append(now() - t)
+    }
+    samples.sort()
+    report("echo_p50_us", String(format: "%.1f", percentile(samples, 0.5) * 1e6))
+    report("echo_p99_us", String(format: "%.1f", percentile(samples, 0.99) * 1e6))
+}
+
+/// Requests per second with `clients` concurrent clients, each on its own thread and connection.
+func throughput(socket: String, clients: Int, seconds: Double) throws {
+    let total = Atomic<Int>(0)
+    let failures = Atomic<Int>(0)
+    let deadline = now() + seconds
+    let group = DispatchGroup()
+    for _ in 0..<clients {
+        group.enter()
+        try spawnThread(stackSize: 1 << 20) {
+            let client = TokenVaultClient(socketPath: socket)
+            var n = 0
+            while now() < deadline {
+                do { _ = try client.bearerHeader(provider: "bench"); n += 1 } catch { failures.add(1, ordering: .relaxed) }
+            }
+            total.add(n, ordering: .relaxed)
+            group.leave()
+        }
+    }
+    group.wait()
+    report("throughput_clients", "\(clients)")
+    report("throughput_requests_per_s", String(format: "%.0f", Double(total.load(ordering: .relaxed)) / seconds))
+    report("throughput_failures", "\(failures.load(ordering: .relaxed))")
+}
+
+/// Starts the daemon with NOTIFY_SOCKET and times spawn → READY=1; then RSS.
+func startToReady(daemon: String, arguments: [String], socket: String) throws {
+    let notifyPath = "/tmp/tvb-notify-\(getpid())"
+    unlink(notifyPath)
+    let fd = socket_dgram()
+    var addr = sockaddr_un()
+    addr.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &addr.sun_path) { p in
+        for (i, b) in notifyPath.utf8.enumerated() { p[i] = b }
+    }
+    let r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+    if r != 0 { fail("bind notify socket") }
+    defer { close(fd); unlink(notifyPath) }
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: daemon)
+    p.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    env["NOTIFY_SOCKET"] = notifyPath
+    p.environment = env
+    let t = now()
+    try p.run()
+    var buf = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = recv(fd, &buf, buf.count, 0)
+        if n <= 0 { fail("notify socket") }
+        if String(decoding: buf[0..<n], as: UTF8.self).contains("READY=1") { break }
+    }
+    let ready = now() - t
+    report("start_to_ready_ms", String(format: "%.1f", ready * 1000))
+    let client = TokenVaultClient(socketPath: socket)
+    for _ in 0..<10_000 { _ = try client.bearerHeader(provider: "bench") }
+    _ = try client.list()
+    let status = try String(contentsOfFile: "/proc/\(p.processIdentifier)/status", encoding: .utf8)
+    for line in status.split(separator: "\n") where line.hasPrefix("VmRSS") || line.hasPrefix("VmHWM") {
+        report(String(line.split(separator: ":")[0]).lowercased() + "_after_10k_requests_and_list", line.split(separator: ":")[1].trimmingCharacters(in: .whitespaces))
+    }
+    kill(p.processIdentifier, SIGTERM)
+    p.waitUntilExit()
+    report("daemon_exit_status", "\(p.terminationStatus)")
+}
+
+func socket_dgram() -> Int32 { socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0) }
+
+let args = Array(CommandLine.arguments.dropFirst())
+do {
+    switch args.first {
+    case "store": try benchStore(folder: args[1], count: Int(args[2]) ?? 10_000)
+    case "populate": try populate(folder: args[1], count: Int(args[2]) ?? 10_000)
+    case "latency": try latency(socket: args[1], count: Int(args[2]) ?? 20_000)
+    case "wire-sizes":
+        let (q, r) = try wireSizes(socket: args[1])
+        print("\(q) \(r)")
+    case "echo-server": try echoServer(path: args[1], responseSize: Int(args[2])!)
+    case "echo-latency": try echoLatency(path: args[1], requestSize: Int(args[2])!, count: Int(args[3]) ?? 20_000)
+    case "throughput": try throughput(socket: args[1], clients: Int(args[2]) ?? 16, seconds: Double(args[3]) ?? 5)
+    case "ready": try startToReady(daemon: args[1], arguments: Array(args.dropFirst(3)), socket: args[2])
+    default:
+        fail("usage: tokenvault-bench store DIR N | populate DIR N | latency SOCK N | wire-sizes SOCK | echo-server PATH RESP | echo-latency PATH REQ N | throughput SOCK CLIENTS SECONDS | ready DAEMON SOCK ARGS…")
+    }
+} catch {
+    fail("\(error)")
+}

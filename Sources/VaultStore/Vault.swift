@@ -371,6 +371,47 @@ public final class Vault: Sendable {
         }
     }
 
+    /// One entry of `putBatch`.
+    public struct NewItem: Sendable {
+        public var key: ItemKey
+        public var mode: AccessMode
+        public var secrets: [UInt8]
+        public var expiresAt: Double?
+
+        public init(key: ItemKey, mode: AccessMode, secrets: [UInt8], expiresAt: Double?) {
+            self.key = key
+            self.mode = mode
+            self.secrets = secrets
+            self.expiresAt = expiresAt
+        }
+    }
+
+    /// Seals and stores many items in one transaction (imports, migration):
+    /// all of them land, or none.
+    public func putBatch(_ entries: [NewItem]) throws(VaultError) {
+        for e in entries {
+            try ItemName.validate(e.key.provider, what: "provider")
+            try ItemName.validate(e.key.account, what: "account")
+        }
+        try state.withLock { s throws(VaultError) in
+            if !s.initialized { try create(&s, passphraseKey: nil) }
+            let now = WallClock.now()
+            var items: [StoredItem] = []
+            items.reserveCapacity(entries.count)
+            for e in entries {
+                if e.mode == .whenPasscodeSetThisDeviceOnly && !s.hasPassphrase {
+                    throw VaultError(.locked, "mode \(e.mode.rawValue) can only be stored while the vault has a passphrase (vaultctl passphrase set)")
+                }
+                let classKey = try Self.classKey(s, mode: e.mode, for: e.key)
+                items.append(StoredItem(key: e.key, mode: e.mode, expiresAt: e.expiresAt, status: .ok,
+                                        createdAt: s.items[e.key]?.createdAt ?? now, updatedAt: now,
+                                        sealed: AEAD.seal(e.secrets, key: classKey, associatedData: AssociatedData.item(e.key, mode: e.mode))))
+            }
+            try store.apply(StoreChange(putItems: items))
+            for item in items { s.items[item.key] = item }
+        }
+    }
+
     /// The class key for `mode` if the lock state allows it now.
     private static func classKey(_ s: State, mode: AccessMode, for key: ItemKey) throws(VaultError) -> SecretKey {
         guard mode.isReadable(in: s.lock) else {

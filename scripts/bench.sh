@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs TokenVault's benchmarks on this machine and prints the figures that
+# docs/performance.md keeps, each beside its reference measured in the same run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --test
+swift build -c release --product tokenvaultd
+swift build -c release --product vaultctl
+swift build -c release --product tokenvault-bench
+bin=$(swift build -c release --show-bin-path)
+items=${BENCH_ITEMS:-10000}
+
+work=$(mktemp -d /tmp/tvb.XXXXXX)
+daemon_pid=""
+echo_pid=""
+cleanup() {
+  [[ -n "$daemon_pid" ]] && kill "$daemon_pid" 2>/dev/null || true
+  [[ -n "$echo_pid" ]] && kill "$echo_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "== machine"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; memory: $(free -g | awk '/Mem:/{print $2}') GiB"
+echo "kernel: $(uname -r); $(swift --version 2>/dev/null | head -1)"
+
+echo "== store ($items items, SQLite WAL synchronous=FULL, on $(df -T "$work" | awk 'NR==2{print $2}'))"
+mkdir -p "$work/store"
+"$bin/tokenvault-bench" store "$work/store" "$items"
+
+echo "== serving (release build, one daemon, kept connections)"
+export XDG_RUNTIME_DIR="$work/run" XDG_DATA_HOME="$work/data" XDG_CONFIG_HOME="$work/cfg" XDG_STATE_HOME="$work/state"
+mkdir -m 700 "$XDG_RUNTIME_DIR"
+sock="$XDG_RUNTIME_DIR/tokenvault/socket"
+"$bin/tokenvaultd" --log-level warning 2>"$work/daemon.log" &
+daemon_pid=$!
+for _ in $(seq 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
+printf '{"access_token":"gho_%s","token_type":"bearer","expires_in":28800}' "$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')" \
+  | "$bin/vaultctl" add bench >/dev/null
+read -r req_size resp_size < <("$bin/tokenvault-bench" wire-sizes "$sock")
+echo "wire sizes: request $req_size bytes, response $resp_size bytes (payloads)"
+"$bin/tokenvault-bench" latency "$sock" 20000
+"$bin/tokenvault-bench" echo-server "$work/echo.sock" "$resp_size" > "$work/echo.out" &
+echo_pid=$!
+for _ in $(seq 100); do [[ -S "$work/echo.sock" ]] && break; sleep 0.05; done
+"$bin/tokenvault-bench" echo-latency "$work/echo.sock" "$req_size" 20000
+kill "$echo_pid"; echo_pid=""
+"$bin/tokenvault-bench" throughput "$sock" 16 5
+
+echo "== vaultctl header as a whole process, beside secret-tool lookup"
+if command -v hyperfine >/dev/null && command -v dbus-run-session >/dev/null && command -v secret-tool >/dev/null; then
+  export TVB_BIN="$bin" TVB_WORK="$work"
+  # A private Secret Service (gnome-keyring) so secret-tool has something to look up.
+  env -u DISPLAY -u WAYLAND_DISPLAY HOME="$work/kr-home" XDG_DATA_HOME="$work/kr-data" \
+    dbus-run-session -- bash -c '
+      set -e
+      mkdir -p "$HOME"
+      echo -n benchpass | gnome-keyring-daemon --daemonize --unlock --components=secrets >/dev/null
+      gdbus wait --session --timeout 5 org.freedesktop.secrets
+      printf "%s" "gho_benchsecret0123456789" | secret-tool store --label=bench service tvbench account bench
+      hyperfine -N --warmup 20 --runs 300 --export-json "$TVB_WORK/hf.json" \
+        "$TVB_BIN/vaultctl header bench" "secret-tool lookup service tvbench account bench" >/dev/null
+      python3 -c "
+import json
+for r in json.load(open(\"$TVB_WORK/hf.json\"))[\"results\"]:
+    print(\"%s: mean %.2f ms, median %.2f ms\" % (r[\"command\"].split(\"/\")[-1], r[\"mean\"]*1000, r[\"median\"]*1000))
+"
+    '
+else
+  echo "skipped: hyperfine, dbus-run-session or secret-tool missing"
+fi
+
+kill "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=""
+
+echo "== daemon with $items items: start to READY=1, RSS"
+mkdir -p "$work/big"
+"$bin/tokenvault-bench" populate "$work/big" "$items"
+"$bin/tokenvault-bench" ready "$bin/tokenvaultd" "$work/big.sock" --socket "$work/big.sock" --data-dir "$work/big" --log-level warning
