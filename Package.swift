@@ -41,6 +41,7 @@ let package = Package(
         .testTarget(name: "VaultModelTests", dependencies: ["VaultModel"]),
         .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"]),
         .testTarget(name: "VaultStoreTests", dependencies: ["VaultStore", "VaultCrypto", "VaultModel", "VaultSystem"]),
+        .testTarget(name: "VaultDaemonTests", dependencies: ["VaultDaemon", "VaultProtocol", "VaultModel"]),
         .testTarget(name: "EndToEndTests", dependencies: ["TokenVaultClient", "VaultProtocol", "VaultModel", "VaultSystem"]),
     ],
     swiftLanguageModes: [.v6]

@@ -129,7 +129,7 @@ func wireSizes(socket: String) throws -> (Int, Int) {
     let conn = try SocketConnection.connect(path: socket)
     let hello = Frame.encode(Message.request(id: 1, op: .hello, [("protocol", 1)]))
     try conn.writeAll(hello)
-    var buf = FrameBuffer()
+    var buf = FrameBuffer(maxPayload: Frame.maxResponsePayload)
     var rb = [UInt8](repeating: 0, count: 65536)
     func next() throws -> [UInt8] {
         while true {

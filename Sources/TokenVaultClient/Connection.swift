@@ -6,7 +6,7 @@ import VaultSystem
 /// Not thread safe: `TokenVaultClient` guards it with a mutex.
 final class Connection {
     let socket: SocketConnection
-    private var buffer = FrameBuffer()
+    private var buffer = FrameBuffer(maxPayload: Frame.maxResponsePayload)
     private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
     private var nextID: UInt64 = 1
     let timeoutMs: Int32

@@ -2,8 +2,11 @@
 /// message is a 4-byte big-endian length followed by that many bytes of a
 /// UTF-8 JSON object.
 public enum Frame {
-    /// The largest payload either side accepts (64 KiB).
+    /// The largest request payload the daemon accepts (64 KiB).
     public static let maxPayload = 64 * 1024
+    /// The largest response payload a client accepts (16 MiB): a `list` of
+    /// many items is larger than any request needs to be.
+    public static let maxResponsePayload = 16 * 1024 * 1024
 
     /// The frame for `payload`: length prefix and bytes.
     public static func encode(_ payload: [UInt8]) -> [UInt8] {
