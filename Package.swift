@@ -33,7 +33,10 @@ let package = Package(
         .target(name: "VaultDaemon", dependencies: ["VaultStore", "VaultProtocol", "VaultModel", "VaultSystem", "VaultCrypto"]),
 
         .executableTarget(name: "tokenvaultd", dependencies: ["VaultDaemon", "VaultSystem"]),
-        .executableTarget(name: "vaultctl", dependencies: ["TokenVaultClient", "VaultProtocol", "VaultModel", "VaultSystem"]),
+        // Static Swift runtime: `vaultctl header` sits in front of every curl call,
+        // and loading a dozen shared Swift libraries costs more than the request.
+        .executableTarget(name: "vaultctl", dependencies: ["TokenVaultClient", "VaultProtocol", "VaultModel", "VaultSystem"],
+                          linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
         // Benchmarks (`make bench`) and test helpers; not shipped.
         .executableTarget(name: "tokenvault-bench", dependencies: ["VaultStore", "VaultDaemon", "TokenVaultClient", "VaultSystem", "VaultCrypto"], path: "Benchmarks/tokenvault-bench"),
         .executableTarget(name: "vault-crash-writer", dependencies: ["VaultStore", "VaultSystem"], path: "Tests/Support/vault-crash-writer"),

@@ -72,7 +72,7 @@ public final class TokenVaultClient: Sendable {
         let r = try call(.token, params)
         guard let access = r["access_token"]?.stringValue else { throw .protocolError("token response without access_token") }
         return Token(provider: r["provider"]?.stringValue ?? provider, account: r["account"]?.stringValue ?? account ?? ItemName.defaultAccount,
-                     accessToken: access, expiresAt: r["expires_at"]?.numberValue, scope: r["scope"]?.stringValue)
+                     accessToken: access, expiresAt: r["expires_at_unix"]?.numberValue, scope: r["scope"]?.stringValue)
     }
 
     /// The value of an `Authorization` header: `Bearer TOKEN`.
@@ -89,7 +89,7 @@ public final class TokenVaultClient: Sendable {
                   let mode = i["mode"]?.stringValue.flatMap(AccessMode.init(rawValue:)),
                   let state = i["state"]?.stringValue.flatMap(ItemState.init(rawValue:)) else { return nil }
             return ItemInfo(provider: provider, account: account, kind: i["kind"]?.stringValue ?? "token", mode: mode, state: state,
-                            expiresAt: i["expires_at"]?.numberValue, backend: i["backend"]?.stringValue ?? "",
+                            expiresAt: i["expires_at_unix"]?.numberValue, backend: i["backend"]?.stringValue ?? "",
                             refreshable: i["refreshable"]?.boolValue ?? false, note: i["note"]?.stringValue)
         }
     }

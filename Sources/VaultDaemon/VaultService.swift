@@ -152,7 +152,8 @@ public final class VaultService: Sendable {
             }
             var o = JSONObject([("provider", .string(key.provider)), ("account", .string(key.account)),
                                 ("access_token", .string(access)), ("token_type", "Bearer"),
-                                ("expires_at", item.expiresAt.map { .number($0) } ?? .null)])
+                                ("expires_at", item.expiresAt.map { .string(WallClock.rfc3339($0)) } ?? .null),
+                                ("expires_at_unix", item.expiresAt.map { .number($0.rounded(.down)) } ?? .null)])
             if let scope = fields["scope"]?.stringValue { o["scope"] = .string(scope) }
             return .object(o)
         }
@@ -184,6 +185,7 @@ public final class VaultService: Sendable {
                                 ("kind", .string(item.key.kind.rawValue)), ("mode", .string(item.mode.rawValue)),
                                 ("state", .string(state(of: item, readable: entry.readable, now: now).rawValue)),
                                 ("expires_at", item.expiresAt.map { .string(WallClock.rfc3339($0)) } ?? .null),
+                                ("expires_at_unix", item.expiresAt.map { .number($0.rounded(.down)) } ?? .null),
                                 ("backend", .string(backend)), ("refreshable", .bool(note == nil))])
             if let note { o["note"] = .string(note) }
             return .object(o)

@@ -42,6 +42,7 @@ public final class Vault: Sendable {
     let kdfParameters: PasswordHash.Parameters
     let deviceKey: Mutex<SecretKey?>
     let state: Mutex<State>
+    let kdfGate = Mutex(())
 
     /// Opens the vault in `store`. A vault that does not exist yet is created
     /// on the first write, without a passphrase, unless `initialize` runs first.
@@ -189,9 +190,14 @@ public final class Vault: Sendable {
         s.lock = .unlocked
     }
 
+    /// Derives a vault key from a passphrase. One derivation at a time: each
+    /// takes 64 MiB, so many clients guessing at once queue instead of
+    /// exhausting memory.
     private func deriveKey(_ passphrase: SecureBytes, _ kdf: KDFRecord) throws(VaultError) -> SecretKey {
-        do { return try PasswordHash.deriveKey(passphrase: passphrase, salt: kdf.salt, parameters: kdf.parameters) } catch {
-            throw VaultError(.failure, "cannot derive the vault key: \(error)")
+        try kdfGate.withLock { _ throws(VaultError) -> SecretKey in
+            do { return try PasswordHash.deriveKey(passphrase: passphrase, salt: kdf.salt, parameters: kdf.parameters) } catch {
+                throw VaultError(.failure, "cannot derive the vault key: \(error)")
+            }
         }
     }
 
