@@ -9,6 +9,7 @@ final class Connection {
     private var buffer = FrameBuffer(maxPayload: Frame.maxResponsePayload)
     private var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
     private var nextID: UInt64 = 1
+    private var receiveTimeout: Int32 = 0
     let timeoutMs: Int32
 
     init(path: String, timeoutMs: Int32) throws(TokenVaultError) {
@@ -52,10 +53,10 @@ final class Connection {
             }
             let n: Int
             do {
-                guard try socket.waitReadable(timeoutMs: timeoutMs) else {
+                guard let got = try socket.read(into: &readBuffer, count: readBuffer.count, timeoutMs: timeoutMs, currentTimeoutMs: &receiveTimeout) else {
                     throw TokenVaultError.daemonUnavailable("tokenvaultd did not answer within \(timeoutMs / 1000) s")
                 }
-                n = try socket.read(into: &readBuffer, offset: 0, count: readBuffer.count)
+                n = got
             } catch let e as TokenVaultError {
                 throw e
             } catch {

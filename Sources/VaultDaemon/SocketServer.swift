@@ -107,6 +107,7 @@ public final class SocketServer: Sendable {
         var readBuffer = [UInt8](repeating: 0, count: 16 * 1024)
         var helloDone = false
         var frameStarted: ContinuousClock.Instant?
+        var receiveTimeout: Int32 = 0
         defer { frames.wipe() }
         func close(_ error: VaultError) {
             logger.info("closing connection of pid \(peer.pid): \(error.message)")
@@ -167,14 +168,14 @@ public final class SocketServer: Sendable {
             }
             let n: Int
             do {
-                guard try conn.waitReadable(timeoutMs: timeout) else {
+                guard let got = try conn.read(into: &readBuffer, count: readBuffer.count, timeoutMs: max(timeout, 1), currentTimeoutMs: &receiveTimeout) else {
                     if frameStarted == nil {
                         close(VaultError(.protocolError, "idle for \(limits.idleTimeoutMs / 1000) s"))
                         return
                     }
                     continue
                 }
-                n = try conn.read(into: &readBuffer, offset: 0, count: readBuffer.count)
+                n = got
             } catch {
                 return
             }

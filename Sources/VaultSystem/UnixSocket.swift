@@ -66,6 +66,26 @@ public final class SocketConnection: Sendable {
         return n
     }
 
+    /// Reads up to `count` bytes, blocking at most `timeoutMs` (`SO_RCVTIMEO`,
+    /// then one `read`): one system call per wait instead of `poll` plus
+    /// `read`. Returns nil on timeout, 0 when the peer closed.
+    /// `currentTimeoutMs` caches the socket's setting so it is set only on change.
+    public func read(into buffer: inout [UInt8], count: Int, timeoutMs: Int32, currentTimeoutMs: inout Int32) throws(SystemError) -> Int? {
+        if timeoutMs != currentTimeoutMs {
+            var tv = timeval(tv_sec: Int(timeoutMs / 1000), tv_usec: Int(timeoutMs % 1000) * 1000)
+            guard setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size)) == 0 else {
+                throw SystemError("setsockopt(SO_RCVTIMEO)", "socket")
+            }
+            currentTimeoutMs = timeoutMs
+        }
+        let n = buffer.withUnsafeMutableBytes { p in retryOnInterrupt { Glibc.read(fd, p.baseAddress!, count) } }
+        if n < 0 {
+            if errno == EAGAIN || errno == EWOULDBLOCK { return nil }
+            throw SystemError("read", "socket")
+        }
+        return n
+    }
+
     /// Writes all of `bytes` (`send` with `MSG_NOSIGNAL`), waiting at most
     /// `timeoutMs` in total for the peer to take them.
     public func writeAll(_ bytes: [UInt8], timeoutMs: Int32 = 5000) throws(SystemError) {
