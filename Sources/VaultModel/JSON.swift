@@ -125,12 +125,14 @@ private struct JSONParser {
         return value
     }
 
+    /// `depth` is the number of arrays and objects around the value; the
+    /// value may itself be one more, up to `JSON.maxDepth` in all.
     mutating func parseValue(depth: Int) throws(JSONParseError) -> JSON {
-        guard depth <= JSON.maxDepth else { throw error("nesting deeper than \(JSON.maxDepth)") }
         guard index < bytes.count else { throw error("unexpected end of input") }
         switch bytes[index] {
-        case UInt8(ascii: "{"): return try parseObject(depth: depth)
-        case UInt8(ascii: "["): return try parseArray(depth: depth)
+        case UInt8(ascii: "{"), UInt8(ascii: "["):
+            guard depth < JSON.maxDepth else { throw error("nesting deeper than \(JSON.maxDepth)") }
+            return bytes[index] == UInt8(ascii: "{") ? try parseObject(depth: depth) : try parseArray(depth: depth)
         case UInt8(ascii: "\""): return .string(try parseString())
         case UInt8(ascii: "t"): return try expect("true", .bool(true))
         case UInt8(ascii: "f"): return try expect("false", .bool(false))
