@@ -38,7 +38,7 @@ final class SQLiteConnection {
         let message = String(cString: sqlite3_errmsg(db))
         switch primary {
         case SQLITE_FULL:
-            return VaultError(.failure, "store \(path) is on a full disk; \(what) was not saved and nothing stored before was lost")
+            return VaultError(.failure, "store \(path) is on a full disk: \(what) failed and was rolled back; nothing stored before was lost")
         case SQLITE_CORRUPT, SQLITE_NOTADB:
             return VaultError(.failure, "store \(path) is corrupt or not a TokenVault store (\(what): \(message))")
         case SQLITE_IOERR:
