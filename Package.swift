@@ -29,8 +29,10 @@ let package = Package(
         .target(name: "VaultProtocol", dependencies: ["VaultModel", "VaultSystem"]),
         // The public client library.
         .target(name: "TokenVaultClient", dependencies: ["VaultProtocol", "VaultModel", "VaultSystem"]),
+        // Token endpoint client, grants, discovery, revocation (FoundationNetworking).
+        .target(name: "VaultOAuth", dependencies: ["VaultModel"]),
         // The daemon's services.
-        .target(name: "VaultDaemon", dependencies: ["VaultStore", "VaultProtocol", "VaultModel", "VaultSystem", "VaultCrypto"]),
+        .target(name: "VaultDaemon", dependencies: ["VaultStore", "VaultProtocol", "VaultModel", "VaultSystem", "VaultCrypto", "VaultOAuth"]),
 
         .executableTarget(name: "tokenvaultd", dependencies: ["VaultDaemon", "VaultSystem"]),
         // Static Swift runtime: `vaultctl header` sits in front of every curl call,
@@ -44,7 +46,7 @@ let package = Package(
         .testTarget(name: "VaultModelTests", dependencies: ["VaultModel"]),
         .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"]),
         .testTarget(name: "VaultStoreTests", dependencies: ["VaultStore", "VaultCrypto", "VaultModel", "VaultSystem"]),
-        .testTarget(name: "VaultDaemonTests", dependencies: ["VaultDaemon", "VaultProtocol", "VaultModel"]),
+        .testTarget(name: "VaultDaemonTests", dependencies: ["VaultDaemon", "VaultProtocol", "VaultModel", "VaultOAuth"]),
         .testTarget(name: "EndToEndTests", dependencies: ["TokenVaultClient", "VaultProtocol", "VaultModel", "VaultSystem"]),
     ],
     swiftLanguageModes: [.v6]

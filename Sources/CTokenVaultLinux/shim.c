@@ -9,6 +9,8 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/timerfd.h>
+#include <math.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -109,4 +111,20 @@ ssize_t ctv_send_nosignal(int fd, const void *buf, size_t len) {
 
 int ctv_pipe_cloexec_nonblock(int fds[2]) {
     return pipe2(fds, O_CLOEXEC | O_NONBLOCK);
+}
+
+int ctv_realtime_timerfd(void) {
+    return timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK);
+}
+
+int ctv_timerfd_arm_at(int fd, double seconds) {
+    struct itimerspec spec;
+    memset(&spec, 0, sizeof(spec));
+    if (seconds > 0) {
+        double whole = floor(seconds);
+        spec.it_value.tv_sec = (time_t)whole;
+        spec.it_value.tv_nsec = (long)((seconds - whole) * 1e9);
+        if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
+    }
+    return timerfd_settime(fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &spec, NULL);
 }

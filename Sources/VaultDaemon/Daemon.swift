@@ -1,5 +1,6 @@
 @preconcurrency import Glibc
 import VaultModel
+import VaultOAuth
 import VaultProtocol
 import VaultStore
 import VaultSystem
@@ -48,7 +49,15 @@ public enum Daemon {
         let audit = try AuditLog(path: options.auditLogPath)
         let listener = try listen(options, logger: logger)
         let socketShown = listener.boundPath ?? "\(options.socketPath) (from systemd)"
-        let service = VaultService(vault: vault, config: config, configPath: options.configPath, storeReason: reason,
+        let providers = ProviderDirectory(config: config, client: TokenEndpointClient())
+        let engine: RefreshEngine
+        do {
+            engine = try RefreshEngine(vault: vault, providers: providers, client: providers.client, logger: logger, notifier: Notifier(logger: logger))
+            try engine.start()
+        } catch {
+            throw VaultError(.failure, "cannot start the refresh engine: \(error)")
+        }
+        let service = VaultService(vault: vault, providers: providers, engine: engine, configPath: options.configPath, storeReason: reason,
                                    socketPath: socketShown, logger: logger, audit: audit)
         let server: SocketServer
         do { server = try SocketServer(listener: listener, service: service, logger: logger, limits: options.limits) } catch {
@@ -69,6 +78,7 @@ public enum Daemon {
                     }
                     logger.info("received \(sig == SIGTERM ? "SIGTERM" : "SIGINT"), stopping")
                     SystemdNotify.send("STOPPING=1")
+                    engine.stop()
                     server.stop()
                     return
                 }

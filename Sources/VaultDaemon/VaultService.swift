@@ -1,6 +1,7 @@
 import Synchronization
 import VaultCrypto
 import VaultModel
+import VaultOAuth
 import VaultProtocol
 import VaultStore
 
@@ -18,15 +19,20 @@ public final class VaultService: Sendable {
     public let vault: Vault
     let logger: Logger
     let audit: AuditLog
-    let config: Mutex<Config>
+    let providers: ProviderDirectory
+    let engine: RefreshEngine
     /// Why this store was chosen, for `status`.
     let storeReason: String
     let socketPath: String
     let configPath: String
+    /// How long a request waits for a refresh it needs.
+    let refreshWait: Double = 30
 
-    public init(vault: Vault, config: Config, configPath: String, storeReason: String, socketPath: String, logger: Logger, audit: AuditLog) {
+    public init(vault: Vault, providers: ProviderDirectory, engine: RefreshEngine, configPath: String, storeReason: String,
+                socketPath: String, logger: Logger, audit: AuditLog) {
         self.vault = vault
-        self.config = Mutex(config)
+        self.providers = providers
+        self.engine = engine
         self.configPath = configPath
         self.storeReason = storeReason
         self.socketPath = socketPath
@@ -34,10 +40,13 @@ public final class VaultService: Sendable {
         self.audit = audit
     }
 
-    /// Replaces the config (after a successful SIGHUP reload).
-    public func replaceConfig(_ new: Config) { config.withLock { $0 = new } }
+    /// Replaces the config (after a successful SIGHUP reload) and re-plans refreshes.
+    public func replaceConfig(_ new: Config) {
+        providers.replaceConfig(new)
+        engine.rescheduleAll()
+    }
 
-    var currentConfig: Config { config.withLock { $0 } }
+    var currentConfig: Config { providers.current }
 
     /// Handles one request object and returns the response payload.
     func handle(_ request: JSONObject, id: JSON, peer: Peer) -> [UInt8] {
@@ -91,28 +100,37 @@ public final class VaultService: Sendable {
         case .revoke: return try revoke(r, peer: peer)
         case .report401: return try report401(r, peer: peer)
         case .status: return status()
+        case .refresh: return try forceRefresh(r, peer: peer)
+        case .clientSecretSet: return try setClientSecret(r, peer: peer)
+        case .providers: return try listProviders(r)
         case .lock:
             vault.lock()
+            engine.rescheduleAll()
             logger.info("vault locked by pid \(peer.pid)")
             return status()
         case .unlock:
             try vault.unlock(passphrase: try passphrase(r, "passphrase"))
+            engine.rescheduleAll()
             logger.info("vault unlocked by pid \(peer.pid)")
             return status()
         case .initialize:
             try vault.initialize(passphrase: try passphrase(r, "passphrase"))
+            engine.rescheduleAll()
             logger.info("vault created by pid \(peer.pid)")
             return status()
         case .passphraseSet:
             try vault.setPassphrase(try requiredPassphrase(r, "passphrase"))
+            engine.rescheduleAll()
             logger.info("passphrase set by pid \(peer.pid)")
             return status()
         case .passphraseChange:
             try vault.changePassphrase(old: try requiredPassphrase(r, "old"), new: try requiredPassphrase(r, "new"))
+            engine.rescheduleAll()
             logger.info("passphrase changed by pid \(peer.pid)")
             return status()
         case .passphraseRemove:
             try vault.removePassphrase(current: try requiredPassphrase(r, "passphrase"))
+            engine.rescheduleAll()
             logger.info("passphrase removed by pid \(peer.pid)")
             return status()
         }
@@ -136,41 +154,124 @@ public final class VaultService: Sendable {
             minValidity = n
         }
         try checkAllowed(key, peer: peer)
-        let result = try vault.withSecrets(key) { (item, plain) throws(VaultError) -> JSON in
-            if item.status == .needsReauth {
-                throw VaultError(.needsReauth, "\(key) needs a new login (vaultctl login \(key.provider))")
+        var refreshed = false
+        while true {
+            // Serve the stored token if it is valid for long enough; otherwise refresh once (single flight) and look again.
+            var seen = 0.0
+            let served = try vault.withSecrets(key) { (item, plain) throws(VaultError) -> JSON? in
+                if item.status == .needsReauth {
+                    throw VaultError(.needsReauth, "\(key) needs a new login (vaultctl login \(key.provider))")
+                }
+                seen = item.updatedAt
+                if let expiresAt = item.expiresAt, expiresAt - WallClock.now() <= minValidity { return nil }
+                guard let fields = try? JSON.parse(plain), let access = fields["access_token"]?.stringValue else {
+                    throw VaultError(.failure, "\(key) holds a damaged token record")
+                }
+                var o = JSONObject([("provider", .string(key.provider)), ("account", .string(key.account)),
+                                    ("access_token", .string(access)), ("token_type", "Bearer"),
+                                    ("expires_at", item.expiresAt.map { .string(WallClock.rfc3339($0)) } ?? .null),
+                                    ("expires_at_unix", item.expiresAt.map { .number($0.rounded(.down)) } ?? .null)])
+                if let scope = fields["scope"]?.stringValue { o["scope"] = .string(scope) }
+                return .object(o)
             }
-            if let expiresAt = item.expiresAt {
-                let left = expiresAt - WallClock.now()
-                if left <= minValidity {
-                    let when = left <= 0 ? "expired at \(WallClock.rfc3339(expiresAt))" : "expires in \(Int(left)) s, sooner than the \(Int(minValidity)) s asked for"
-                    throw VaultError(.needsReauth, "the token of \(key) \(when) and cannot be refreshed (\(refreshNote(key) ?? "no refresh")); log in again or add a new token")
+            if let served {
+                audit.record("served", provider: key.provider, account: key.account, pid: peer.pid, exe: peer.executable)
+                return served
+            }
+            let item = vault.item(key)
+            if refreshed {
+                let lifetime = item.flatMap { i in i.expiresAt.map { $0 - i.updatedAt } } ?? 0
+                throw VaultError(.failure, "\(key.provider) issues tokens valid for \(Int(lifetime)) s, less than the \(Int(minValidity)) s asked for")
+            }
+            if let note = providers.refreshNote(key.provider) {
+                let now = WallClock.now()
+                let when = (item?.expiresAt).map { e in
+                    e <= now ? "expired at \(WallClock.rfc3339(e))" : "expires in \(Int(e - now)) s, sooner than the \(Int(minValidity)) s asked for"
+                } ?? "expired"
+                throw VaultError(.needsReauth, "the token of \(key) \(when) and cannot be refreshed (\(note)); log in again or add a new token")
+            }
+            switch engine.refresh(key, seenUpdatedAt: seen, wait: refreshWait) {
+            case .refreshed: refreshed = true
+            case .alreadyFresh: continue
+            case .failed(let error):
+                if error.code == .temporary, let e = item?.expiresAt, e > WallClock.now() {
+                    throw VaultError(.temporary, "\(key) could not be refreshed (\(error.message)); the current token expires in \(Int(e - WallClock.now())) s, sooner than the \(Int(minValidity)) s asked for")
+                }
+                throw error
+            }
+        }
+    }
+
+    /// `refresh`: refreshes now, whatever the expiry.
+    private func forceRefresh(_ r: JSONObject, peer: Peer) throws(VaultError) -> JSON {
+        let key = try itemKey(r)
+        guard vault.item(key) != nil else { throw VaultError(.notFound, "no item \(key)") }
+        if let note = providers.refreshNote(key.provider) { throw VaultError(.needsReauth, "\(key) cannot be refreshed: \(note)") }
+        switch engine.refresh(key, seenUpdatedAt: nil, wait: refreshWait) {
+        case .refreshed, .alreadyFresh:
+            logger.info("\(key) refreshed on request of pid \(peer.pid)")
+            let item = vault.item(key)
+            return .object(JSONObject([("provider", .string(key.provider)), ("account", .string(key.account)),
+                                       ("expires_at", (item?.expiresAt).map { .string(WallClock.rfc3339($0)) } ?? .null)]))
+        case .failed(let error):
+            throw error
+        }
+    }
+
+    /// `client_secret_set`: keeps a provider's client secret in the vault.
+    private func setClientSecret(_ r: JSONObject, peer: Peer) throws(VaultError) -> JSON {
+        guard let provider = try string(r, "provider") else { throw VaultError(.usage, "request needs \"provider\"") }
+        try ItemName.validate(provider, what: "provider")
+        guard let secret = try string(r, "secret"), !secret.isEmpty else { throw VaultError(.badInput, "the client secret is empty") }
+        let mode = currentConfig.providers[provider]?.defaultMode ?? .default
+        var bytes = Array(secret.utf8)
+        defer { secureZero(&bytes) }
+        try vault.put(RefreshEngine.clientSecretKey(provider), mode: mode, secrets: bytes, expiresAt: nil)
+        logger.info("client secret of \(provider) set by pid \(peer.pid)")
+        engine.rescheduleAll()
+        return .object(JSONObject([("provider", .string(provider)), ("mode", .string(mode.rawValue))]))
+    }
+
+    /// `providers`: the configured providers, resolved; with `check`, discovery is run.
+    private func listProviders(_ r: JSONObject) throws(VaultError) -> JSON {
+        let check = r["check"]?.boolValue ?? false
+        let config = currentConfig
+        let items = vault.list()
+        var out: [JSON] = []
+        for name in config.providers.keys.sorted() {
+            let c = config.providers[name]!
+            let count = items.filter { $0.item.key.provider == name && $0.item.key.kind == .token }.count
+            var o = JSONObject([("provider", .string(name)), ("preset", c.preset.map { .string($0) } ?? .null),
+                                ("grant", .string(c.grant)), ("client_id", c.clientID.map { .string($0) } ?? .null),
+                                ("default_mode", .string((c.defaultMode ?? .default).rawValue)),
+                                ("has_client_secret", .bool(vault.item(RefreshEngine.clientSecretKey(name)) != nil)),
+                                ("items", .number(Double(count)))])
+            if let issuer = c.issuer { o["issuer"] = .string(issuer) }
+            if check || c.issuer == nil {
+                do {
+                    let p = try providers.profile(name)
+                    o["client_auth"] = .string(p.clientAuth.rawValue)
+                    o["token_endpoint"] = p.tokenEndpoint.map { .string($0) } ?? .null
+                    o["revocation_endpoint"] = p.revocationEndpoint.map { .string($0) } ?? .null
+                    o["authorization_endpoint"] = p.authorizationEndpoint.map { .string($0) } ?? .null
+                    o["device_authorization_endpoint"] = p.deviceAuthorizationEndpoint.map { .string($0) } ?? .null
+                    if check { o["check"] = .string(p.tokenEndpoint == nil ? "no token endpoint" : "ok") }
+                } catch {
+                    o["check"] = .string("failed: \(error.description)")
                 }
             }
-            guard let fields = try? JSON.parse(plain), let access = fields["access_token"]?.stringValue else {
-                throw VaultError(.failure, "\(key) holds a damaged token record")
-            }
-            var o = JSONObject([("provider", .string(key.provider)), ("account", .string(key.account)),
-                                ("access_token", .string(access)), ("token_type", "Bearer"),
-                                ("expires_at", item.expiresAt.map { .string(WallClock.rfc3339($0)) } ?? .null),
-                                ("expires_at_unix", item.expiresAt.map { .number($0.rounded(.down)) } ?? .null)])
-            if let scope = fields["scope"]?.stringValue { o["scope"] = .string(scope) }
-            return .object(o)
+            out.append(.object(o))
         }
-        audit.record("served", provider: key.provider, account: key.account, pid: peer.pid, exe: peer.executable)
-        return result
+        return .object(JSONObject([("providers", .array(out))]))
     }
 
     /// Why `key` cannot be refreshed, or nil if it could be.
-    func refreshNote(_ key: ItemKey) -> String? {
-        guard let p = currentConfig.providers[key.provider] else { return "provider not in config" }
-        if p.tokenEndpoint == nil && p.issuer == nil && p.preset == nil { return "provider has no token endpoint" }
-        return "automatic refresh is not available in this version"
-    }
+    func refreshNote(_ key: ItemKey) -> String? { providers.refreshNote(key.provider) }
 
     private func state(of item: StoredItem, readable: Bool, now: Double) -> ItemState {
         if !readable { return .locked }
         if item.status == .needsReauth { return .needsReauth }
+        if engine.isRefreshing(item.key) { return .refreshing }
         if let e = item.expiresAt, e <= now { return .expired }
         return .valid
     }
@@ -188,6 +289,7 @@ public final class VaultService: Sendable {
                                 ("expires_at_unix", item.expiresAt.map { .number($0.rounded(.down)) } ?? .null),
                                 ("backend", .string(backend)), ("refreshable", .bool(note == nil))])
             if let note { o["note"] = .string(note) }
+            if let next = engine.nextRefresh(item.key) { o["next_refresh"] = .string(WallClock.rfc3339(next)) }
             return .object(o)
         }
         return .object(JSONObject([("items", .array(items))]))
@@ -210,6 +312,7 @@ public final class VaultService: Sendable {
         var payload = JSON.object(fields).serialized()
         defer { secureZero(&payload) }
         let item = try vault.put(key, mode: mode, secrets: payload, expiresAt: lifetime.map { now + $0 })
+        engine.itemChanged(key)
         audit.record("added", provider: key.provider, account: key.account, pid: peer.pid, exe: peer.executable)
         logger.info("added \(key) (\(mode.rawValue)) for pid \(peer.pid)")
         return .object(JSONObject([("provider", .string(key.provider)), ("account", .string(key.account)),
@@ -218,26 +321,86 @@ public final class VaultService: Sendable {
                                    ("refreshable", .bool(refreshNote(key) == nil))]))
     }
 
+    /// `revoke`: RFC 7009 revocation at the provider (refresh token first,
+    /// then access token) when it has an endpoint, then the local delete —
+    /// unless the remote revocation failed and `keep_on_failure` is set.
     private func revoke(_ r: JSONObject, peer: Peer) throws(VaultError) -> JSON {
         let key = try itemKey(r)
         guard vault.item(key) != nil else { throw VaultError(.notFound, "no item \(key)") }
         let localOnly = r["local_only"]?.boolValue ?? false
-        let hasEndpoint = currentConfig.providers[key.provider]?.revocationEndpoint != nil
+        let keepOnFailure = r["keep_on_failure"]?.boolValue ?? false
+        var remote = "none (provider has no revocation endpoint)"
+        var remoteFailed = false
+        if localOnly {
+            remote = "skipped (--local-only)"
+        } else if currentConfig.providers[key.provider] != nil {
+            do {
+                remote = try revokeRemotely(key)
+            } catch {
+                remoteFailed = true
+                remote = "failed: \(error.message)"
+                logger.warning("remote revocation of \(key) failed: \(error.message)")
+                if keepOnFailure {
+                    throw VaultError(error.code == .locked ? .locked : .temporary,
+                                     "remote revocation of \(key) failed (\(error.message)); the item was kept (--keep-on-failure)")
+                }
+            }
+        }
         try vault.delete(key)
+        engine.itemChanged(key)
         audit.record("revoked", provider: key.provider, account: key.account, pid: peer.pid, exe: peer.executable)
-        logger.info("deleted \(key) for pid \(peer.pid)")
-        let remote: String
-        if localOnly { remote = "skipped (--local-only)" } else if hasEndpoint { remote = "not attempted: remote revocation is not available in this version" } else { remote = "none (provider has no revocation endpoint)" }
-        return .object(JSONObject([("deleted", true), ("remote", .string(remote))]))
+        logger.info("deleted \(key) for pid \(peer.pid); remote revocation: \(remote)")
+        return .object(JSONObject([("deleted", true), ("remote", .string(remote)), ("remote_failed", .bool(remoteFailed))]))
     }
 
+    /// Revokes the refresh token, then the access token, at the provider.
+    private func revokeRemotely(_ key: ItemKey) throws(VaultError) -> String {
+        let profile: ProviderProfile
+        do { profile = try providers.profile(key.provider) } catch { throw VaultError(.temporary, error.description) }
+        guard profile.revocationEndpoint != nil else { return "none (provider has no revocation endpoint)" }
+        let tokens = try vault.withSecrets(key) { (_, plain) throws(VaultError) -> (String?, String?) in
+            let f = try? JSON.parse(plain)
+            return (f?["refresh_token"]?.stringValue, f?["access_token"]?.stringValue)
+        }
+        let clientSecret = try? vault.withSecrets(RefreshEngine.clientSecretKey(key.provider)) { (_, plain) throws(VaultError) -> String in
+            String(decoding: plain, as: UTF8.self)
+        }
+        var done: [String] = []
+        for (token, hint) in [(tokens.0, "refresh_token"), (tokens.1, "access_token")] {
+            guard let token else { continue }
+            do {
+                try providers.client.revoke(profile, token: token, hint: hint, clientSecret: clientSecret)
+            } catch {
+                switch error {
+                case .transient(let m, _, _): throw VaultError(.temporary, m)
+                case .needsReauth(let m), .rejected(let m): throw VaultError(.failure, m)
+                }
+            }
+            done.append(hint)
+        }
+        return "revoked " + done.joined(separator: " and ")
+    }
+
+    /// `report_401`: a server refused the token. Refresh it; if that is not
+    /// possible or the provider refuses, the item needs a new login.
     private func report401(_ r: JSONObject, peer: Peer) throws(VaultError) -> JSON {
         let key = try itemKey(r)
         guard vault.item(key) != nil else { throw VaultError(.notFound, "no item \(key)") }
         try checkAllowed(key, peer: peer)
-        // No refresh is possible here, so the token the server refused is dead.
-        try vault.setStatus(key, .needsReauth)
         audit.record("report-401", provider: key.provider, account: key.account, pid: peer.pid, exe: peer.executable)
+        if providers.refreshNote(key.provider) == nil {
+            switch engine.refresh(key, seenUpdatedAt: nil, wait: refreshWait) {
+            case .refreshed, .alreadyFresh:
+                logger.info("\(key) refreshed after a 401 reported by pid \(peer.pid)")
+                return .object(JSONObject([("state", .string(ItemState.valid.rawValue))]))
+            case .failed(let error):
+                if error.code == .needsReauth { return .object(JSONObject([("state", .string(ItemState.needsReauth.rawValue))])) }
+                throw error
+            }
+        }
+        // Nothing can refresh it, so the token the server refused is dead.
+        try vault.setStatus(key, .needsReauth)
+        engine.itemChanged(key)
         logger.info("\(key) marked needs-reauth after a 401 reported by pid \(peer.pid)")
         return .object(JSONObject([("state", .string(ItemState.needsReauth.rawValue))]))
     }

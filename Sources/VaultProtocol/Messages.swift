@@ -18,6 +18,9 @@ public enum Operation: String, Sendable, CaseIterable {
     case passphraseChange = "passphrase_change"
     case passphraseRemove = "passphrase_remove"
     case status
+    case refresh
+    case clientSecretSet = "client_secret_set"
+    case providers
 }
 
 /// Building and reading the JSON objects of requests and responses.

@@ -454,6 +454,17 @@ public final class Vault: Sendable {
     /// The item's metadata, if it exists.
     public func item(_ key: ItemKey) -> StoredItem? { state.withLock { $0.items[key] } }
 
+    /// Whether `key` exists and its mode and class key allow reading it now.
+    public func isReadable(_ key: ItemKey) -> Bool {
+        state.withLock { s in
+            guard let item = s.items[key] else { return false }
+            return item.mode.isReadable(in: s.lock) && s.classKeys[item.mode] != nil && !s.foreignClasses.contains(item.mode)
+        }
+    }
+
+    /// The keys of every item.
+    public var keys: [ItemKey] { state.withLock { Array($0.items.keys) } }
+
     /// Every item's metadata with whether it can be read now, sorted.
     public func list() -> [(item: StoredItem, readable: Bool)] {
         state.withLock { s in

@@ -43,26 +43,31 @@ struct RevokeCommand: Command {
     static let usage = """
         revoke PROVIDER [--account NAME] [--local-only] [--keep-on-failure] [--json]
 
-        Deletes the item. Remote revocation (RFC 7009) is not available in this
-        version, so --local-only and --keep-on-failure change nothing yet.
+        Revokes the refresh token, then the access token, at the provider's
+        RFC 7009 revocation endpoint when it has one, then deletes the item.
+        A failed remote revocation is reported and the item is deleted anyway,
+        unless --keep-on-failure. --local-only skips the provider.
         """
     static let options: Set<String> = ["--account"]
     static let flags: Set<String> = ["--local-only", "--keep-on-failure", "--json"]
 
     let item: ItemArguments
     let localOnly: Bool
+    let keepOnFailure: Bool
     let json: Bool
 
     init(_ args: Arguments) throws(VaultError) {
         item = try ItemArguments(args)
         localOnly = args.flag("--local-only")
+        keepOnFailure = args.flag("--keep-on-failure")
         json = args.flag("--json")
     }
 
     func run(_ client: TokenVaultClient) throws(TokenVaultError) {
-        let r = try client.raw(.revoke, item.params + [("local_only", .bool(localOnly))])
+        let r = try client.raw(.revoke, item.params + [("local_only", .bool(localOnly)), ("keep_on_failure", .bool(keepOnFailure))])
         if json { Output.json(r); return }
         Output.out("deleted \(item.provider)/\(item.account ?? ItemName.defaultAccount); remote revocation: \(r["remote"]?.stringValue ?? "?")\n")
+        if r["remote_failed"]?.boolValue == true { throw .temporary("remote revocation failed; the item was deleted locally") }
     }
 }
 

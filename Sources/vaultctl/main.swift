@@ -5,7 +5,8 @@ import VaultModel
 /// The verbs, in the order `--help` lists them.
 nonisolated(unsafe) let commands: [any Command.Type] = [  // written once, before any thread starts
     InitCommand.self, AddCommand.self, ListCommand.self, TokenCommand.self, HeaderCommand.self, RevokeCommand.self,
-    Report401Command.self, LockCommand.self, UnlockCommand.self, PassphraseCommand.self, StatusCommand.self,
+    RefreshCommand.self, Report401Command.self, ClientSecretCommand.self, ProvidersCommand.self,
+    LockCommand.self, UnlockCommand.self, PassphraseCommand.self, StatusCommand.self,
 ]
 
 let exitCodes = """

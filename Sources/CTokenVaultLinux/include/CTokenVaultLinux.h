@@ -47,4 +47,11 @@ ssize_t ctv_send_nosignal(int fd, const void *buf, size_t len);
 /// pipe2(fds, O_CLOEXEC | O_NONBLOCK).
 int ctv_pipe_cloexec_nonblock(int fds[2]);
 
+/// timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK).
+int ctv_realtime_timerfd(void);
+
+/// Arms `fd` to fire once at the absolute wall-clock time `seconds` (0 disarms),
+/// with TFD_TIMER_CANCEL_ON_SET so a clock change wakes the reader with ECANCELED.
+int ctv_timerfd_arm_at(int fd, double seconds);
+
 #endif
