@@ -93,6 +93,9 @@ public enum Daemon {
         if !server.waitForConnections(timeoutMs: 10_000) {
             logger.warning("\(server.connectionCount) connection(s) still busy after 10 s; exiting anyway")
         }
+        if !engine.waitForFlights(timeoutMs: 10_000) {
+            logger.warning("a refresh is still running after 10 s; exiting anyway")
+        }
         vault.lock()
         listener.unlinkPath()
         logger.info("stopped")

@@ -5,6 +5,9 @@ import VaultModel
 import VaultOAuth
 import VaultStore
 import VaultSystem
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
 
 /// Keeps tokens fresh (PRODUCT.md section 4): one wall-clock timer for all
 /// items (a min-heap of due times under a `timerfd`, so an idle daemon
@@ -160,6 +163,18 @@ public final class RefreshEngine: Sendable {
             return earliest.map { due < $0 } ?? true
         }
         if wake { timer.wake() }
+    }
+
+    /// Waits until no refresh is running (at shutdown, so a rotated refresh
+    /// token is committed before the process exits), at most `timeoutMs`.
+    public func waitForFlights(timeoutMs: Int) -> Bool {
+        var waited = 0
+        while schedule.withLock({ !$0.flights.isEmpty }) {
+            if waited >= timeoutMs { return false }
+            usleep(10_000)
+            waited += 10
+        }
+        return true
     }
 
     /// Whether a refresh of `key` is running now (`refreshing` in `list`).
