@@ -39,7 +39,16 @@ public enum Daemon {
         do { try ProcessHardening.disableCoreDumps() } catch { logger.warning("core dumps could not be disabled: \(error)") }
         ProcessHardening.ignoreSIGPIPE()
         // Signals go to one waiting thread; block them before any thread starts.
-        let signals = [SIGTERM, SIGINT, SIGHUP]
+        let signals = [SIGTERM, SIGINT, SIGHUP, SIGUSR1]
+        // Test seam for wall-clock jumps: the file holds seconds to add to the clock; SIGUSR1 re-reads it.
+        let clockFile = Environment.get("TOKENVAULT_TEST_CLOCK_FILE")
+        @Sendable func readClockOffset() {
+            guard let clockFile, let bytes = try? FileSystem.read(clockFile, limit: 64),
+                  let offset = Double(String(decoding: bytes, as: UTF8.self).filter { !$0.isWhitespace }) else { return }
+            WallClock.offset = offset
+            logger.warning("test clock: wall clock offset by \(offset) s (TOKENVAULT_TEST_CLOCK_FILE)")
+        }
+        readClockOffset()
         blockSignals(signals)
 
         let config = try Config.load(path: options.configPath)
@@ -67,6 +76,11 @@ public enum Daemon {
             try spawnThread {
                 while true {
                     let sig = waitForSignal(signals)
+                    if sig == SIGUSR1 {
+                        readClockOffset()
+                        engine.clockChanged()
+                        continue
+                    }
                     if sig == SIGHUP {
                         do {
                             service.replaceConfig(try Config.load(path: options.configPath))

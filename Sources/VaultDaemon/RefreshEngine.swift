@@ -100,7 +100,8 @@ public final class RefreshEngine: Sendable {
                 return .some(s.heap.first?.due)
             }
             guard let next else { return }
-            timer.arm(at: next)
+            // The timer runs on the system clock; `WallClock.offset` is the test seam's jump.
+            timer.arm(at: next.map { $0 - WallClock.offset })
             switch timer.wait() {
             case .woken: continue
             case .clockChanged:
@@ -123,6 +124,12 @@ public final class RefreshEngine: Sendable {
             }
             for key in due { _ = begin(key, seenUpdatedAt: nil) }
         }
+    }
+
+    /// The wall clock jumped (the test seam; a real jump wakes the timer by itself).
+    public func clockChanged() {
+        logger.info("the wall clock changed; re-evaluating refresh deadlines")
+        timer.wake()
     }
 
     /// Re-evaluates `key`'s place in the schedule after it changed.
