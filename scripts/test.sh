@@ -11,6 +11,10 @@ if [[ $(id -u) -eq 0 ]] && ! id tokenvault-test >/dev/null 2>&1; then
   useradd --system --no-create-home --shell /usr/sbin/nologin tokenvault-test
 fi
 
+# The test OAuth 2.0 server (Authlib, from PyPI) lives in its own virtualenv.
+bash scripts/oauth-server-venv.sh >/dev/null
+.venv-oauth/bin/python Tests/OAuthServer/test_server.py
+
 # Build everything once; the tests use the binaries in .build/debug.
 swift build --build-tests
 # Tests in parallel would compete for 2 cores and the same temp space.
