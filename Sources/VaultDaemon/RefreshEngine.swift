@@ -146,8 +146,8 @@ public final class RefreshEngine: Sendable {
     private func reschedule(_ key: ItemKey) {
         guard let item = vault.item(key), key.kind == .token, item.status == .ok, let expiresAt = item.expiresAt,
               providers.refreshNote(key.provider) == nil, vault.isReadable(key) else {
-            schedule.withLock { $0.current[key] = nil }
-            timer.wake()
+            // Dropping an entry never makes the timer due sooner: no wake-up needed.
+            schedule.withLock { _ = $0.current.removeValue(forKey: key) }
             return
         }
         let inBackoff = schedule.withLock { $0.failures[key] != nil && $0.current[key] != nil }
