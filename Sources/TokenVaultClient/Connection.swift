@@ -25,6 +25,26 @@ final class Connection {
         }
     }
 
+    /// The error response the daemon already sent, if one is waiting
+    /// unread in the socket (read without waiting). A protocol error (such as
+    /// the idle timeout closing a kept connection) is not returned: the
+    /// caller then reports the daemon unavailable, and the client reconnects.
+    private func pendingError(expectingID id: UInt64) -> TokenVaultError? {
+        while true {
+            if let payload = try? buffer.next() {
+                guard let json = try? JSON.parse(payload) else { return nil }
+                do { _ = try Message.result(of: json, expectingID: id) } catch {
+                    return error.code == .protocolError ? nil : TokenVaultError(error)
+                }
+                return nil
+            }
+            guard (try? socket.waitReadable(timeoutMs: 0)) == true,
+                  let n = try? socket.read(into: &readBuffer, offset: 0, count: readBuffer.count), n > 0 else { return nil }
+            buffer.append(readBuffer[0..<n])
+            for i in 0..<n { readBuffer[i] = 0 }
+        }
+    }
+
     /// Sends one request and waits for its response.
     func send(_ op: Operation, _ params: [(String, JSON)]) throws(TokenVaultError) -> JSON {
         let id = nextID
@@ -36,6 +56,9 @@ final class Connection {
         do {
             try socket.writeAll(frame, timeoutMs: timeoutMs)
         } catch {
+            // The daemon may have closed the connection just after saying why
+            // (another uid, too many connections): report that reason.
+            if let reason = pendingError(expectingID: id) { throw reason }
             throw .daemonUnavailable("lost the connection to tokenvaultd: \(error)")
         }
         while true {

@@ -46,7 +46,13 @@ public enum Message {
     /// Reads a response: the result, or the error it carries.
     public static func result(of response: JSON, expectingID id: UInt64) throws(VaultError) -> JSON {
         guard let o = response.objectValue else { throw VaultError(.protocolError, "response is not a JSON object") }
-        guard o["id"]?.numberValue == Double(id) else { throw VaultError(.protocolError, "response id does not match request \(id)") }
+        // An error about the connection itself (another uid, too many
+        // connections, a bad frame) carries id null: the daemon sends it
+        // before it closes the connection, whatever request is pending.
+        let connectionError = o["id"]?.isNull == true && o["ok"]?.boolValue == false
+        guard connectionError || o["id"]?.numberValue == Double(id) else {
+            throw VaultError(.protocolError, "response id does not match request \(id)")
+        }
         if o["ok"]?.boolValue == true { return o["result"] ?? .null }
         guard let e = o["error"]?.objectValue, let codeText = e["code"]?.stringValue else {
             throw VaultError(.protocolError, "error response without an error object")

@@ -24,7 +24,7 @@ let exitCodes = """
     """
 
 func rootHelp() -> String {
-    var s = "Usage: vaultctl VERB [options]\n\nTokenVault's command line: talks to tokenvaultd over its Unix socket.\n\nVerbs:\n"
+    var s = "Usage: vaultctl [--socket PATH] VERB [options]\n\nTokenVault's command line: talks to tokenvaultd over its Unix socket.\n\nVerbs:\n"
     let width = commands.map { $0.name.count }.max() ?? 0
     for c in commands { s += "  \(c.name)\(String(repeating: " ", count: width - c.name.count))  \(c.summary)\n" }
     s += "\nCommon options:\n\(Common.help)\n\nRun `vaultctl VERB --help` for a verb's options.\n\n\(exitCodes)\n"
@@ -40,7 +40,16 @@ func fail(_ code: VaultError.Code, _ message: String) -> Never {
     exit(code.exitCode)
 }
 
-let argv = Array(CommandLine.arguments.dropFirst())
+var argv = Array(CommandLine.arguments.dropFirst())
+// Common options may also come before the verb (`vaultctl --socket PATH list`);
+// they are handed to the verb's parser like its own.
+var leadingOptions: [String] = []
+while let first = argv.first, first == "--socket" || first.hasPrefix("--socket=") {
+    let n = first == "--socket" ? 2 : 1
+    guard argv.count >= n else { fail(.usage, "--socket needs a value") }
+    leadingOptions += argv.prefix(n)
+    argv.removeFirst(n)
+}
 guard let verb = argv.first else {
     Output.err(rootHelp())
     exit(VaultError.Code.usage.exitCode)
@@ -56,7 +65,7 @@ if verb == "--version" {
 guard let command = commands.first(where: { $0.name == verb }) else {
     fail(.usage, "unknown verb \(ItemName.printable(verb)); see vaultctl --help")
 }
-let rest = Array(argv.dropFirst())
+let rest = leadingOptions + Array(argv.dropFirst())
 if rest.contains("--help") || rest.contains("-h") {
     Output.out(verbHelp(command))
     exit(0)
