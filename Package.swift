@@ -30,7 +30,7 @@ let package = Package(
         // The public client library.
         .target(name: "TokenVaultClient", dependencies: ["VaultProtocol", "VaultModel", "VaultSystem"]),
         // Token endpoint client, grants, discovery, revocation (FoundationNetworking).
-        .target(name: "VaultOAuth", dependencies: ["VaultModel"]),
+        .target(name: "VaultOAuth", dependencies: ["VaultModel", "VaultCrypto"]),
         // The daemon's services.
         .target(name: "VaultDaemon", dependencies: ["VaultStore", "VaultProtocol", "VaultModel", "VaultSystem", "VaultCrypto", "VaultOAuth"]),
 

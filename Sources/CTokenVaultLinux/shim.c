@@ -12,6 +12,8 @@
 #include <sys/timerfd.h>
 #include <math.h>
 #include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 _Static_assert(sizeof(((struct ucred *)0)->pid) == sizeof(int32_t), "pid_t size");
@@ -127,4 +129,24 @@ int ctv_timerfd_arm_at(int fd, double seconds) {
         if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
     }
     return timerfd_settime(fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &spec, NULL);
+}
+
+int ctv_tcp_listen_loopback(int *port_out) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof(addr);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(fd, 8) != 0 ||
+        getsockname(fd, (struct sockaddr *)&addr, &len) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    *port_out = ntohs(addr.sin_port);
+    return fd;
 }

@@ -84,7 +84,7 @@ public final class SocketServer: Sendable {
             reject(conn, VaultError(.temporary, "too many connections; try again later"))
             return
         }
-        let p = Peer(pid: peer.pid, uid: peer.uid, executable: peer.executablePath)
+        let p = Peer(pid: peer.pid, uid: peer.uid, executable: peer.executablePath, connection: conn)
         do {
             try spawnThread { [self] in
                 serve(conn, peer: p)

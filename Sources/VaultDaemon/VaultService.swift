@@ -4,6 +4,7 @@ import VaultModel
 import VaultOAuth
 import VaultProtocol
 import VaultStore
+import VaultSystem
 
 /// Who is asking: the socket peer's credentials.
 public struct Peer: Sendable {
@@ -11,6 +12,18 @@ public struct Peer: Sendable {
     public let uid: UInt32
     /// `/proc/PID/exe` at connect time, nil if unreadable.
     public let executable: String?
+    /// The connection, to notice a client that went away during a long wait.
+    let connection: SocketConnection?
+
+    public init(pid: Int32, uid: UInt32, executable: String?, connection: SocketConnection? = nil) {
+        self.pid = pid
+        self.uid = uid
+        self.executable = executable
+        self.connection = connection
+    }
+
+    /// Whether the client closed its end (Ctrl-C on `vaultctl login`).
+    var hasGoneAway: Bool { connection?.peerHasClosed ?? false }
 }
 
 /// The daemon's request handler: turns protocol requests into vault
@@ -21,6 +34,7 @@ public final class VaultService: Sendable {
     let audit: AuditLog
     let providers: ProviderDirectory
     let engine: RefreshEngine
+    let logins: LoginManager
     /// Why this store was chosen, for `status`.
     let storeReason: String
     let socketPath: String
@@ -33,6 +47,7 @@ public final class VaultService: Sendable {
         self.vault = vault
         self.providers = providers
         self.engine = engine
+        self.logins = LoginManager(vault: vault, providers: providers, engine: engine, logger: logger, audit: audit)
         self.configPath = configPath
         self.storeReason = storeReason
         self.socketPath = socketPath
@@ -103,6 +118,23 @@ public final class VaultService: Sendable {
         case .refresh: return try forceRefresh(r, peer: peer)
         case .clientSecretSet: return try setClientSecret(r, peer: peer)
         case .providers: return try listProviders(r)
+        case .loginStart:
+            let key = try itemKey(r)
+            var mode: AccessMode?
+            if let m = try string(r, "mode") {
+                guard let parsed = AccessMode(rawValue: m) else { throw VaultError(.usage, "unknown mode \"\(ItemName.printable(m))\"; modes: \(AccessMode.allNames)") }
+                mode = parsed
+            }
+            let timeout = r["timeout"]?.numberValue ?? 300
+            guard timeout >= 1, timeout <= 3600 else { throw VaultError(.usage, "\"timeout\" must be 1 to 3600 seconds") }
+            return try logins.start(key, mode: mode, device: r["device"]?.boolValue ?? false, timeout: timeout, peer: peer)
+        case .loginWait:
+            guard let id = try string(r, "session") else { throw VaultError(.usage, "request needs \"session\"") }
+            return try logins.wait(id, peer: peer)
+        case .loginCancel:
+            guard let id = try string(r, "session") else { throw VaultError(.usage, "request needs \"session\"") }
+            try logins.cancel(id)
+            return .object(JSONObject([("cancelled", true)]))
         case .lock:
             vault.lock()
             engine.rescheduleAll()

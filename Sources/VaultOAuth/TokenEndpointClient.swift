@@ -96,7 +96,7 @@ public final class TokenEndpointClient: Sendable {
     // MARK: - Grants
 
     /// Client authentication, RFC 6749 section 2.3.1.
-    private func authenticate(_ profile: ProviderProfile, clientSecret: String?, form: inout [(String, String)], headers: inout [String: String]) throws(EndpointFailure) {
+    func authenticate(_ profile: ProviderProfile, clientSecret: String?, form: inout [(String, String)], headers: inout [String: String]) throws(EndpointFailure) {
         let clientID = profile.clientID ?? ""
         switch profile.clientAuth {
         case .none:

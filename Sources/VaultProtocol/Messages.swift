@@ -21,6 +21,9 @@ public enum Operation: String, Sendable, CaseIterable {
     case refresh
     case clientSecretSet = "client_secret_set"
     case providers
+    case loginStart = "login_start"
+    case loginWait = "login_wait"
+    case loginCancel = "login_cancel"
 }
 
 /// Building and reading the JSON objects of requests and responses.

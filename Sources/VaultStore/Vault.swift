@@ -454,6 +454,16 @@ public final class Vault: Sendable {
     /// The item's metadata, if it exists.
     public func item(_ key: ItemKey) -> StoredItem? { state.withLock { $0.items[key] } }
 
+    /// Whether an item of `mode` can be stored now (lock state, class key,
+    /// and a passphrase for `when-passcode-set-this-device-only`).
+    public func canStore(_ mode: AccessMode) -> Bool {
+        state.withLock { s in
+            if !s.initialized { return mode != .whenPasscodeSetThisDeviceOnly }
+            if mode == .whenPasscodeSetThisDeviceOnly && !s.hasPassphrase { return false }
+            return mode.isReadable(in: s.lock) && s.classKeys[mode] != nil && !s.foreignClasses.contains(mode)
+        }
+    }
+
     /// Whether `key` exists and its mode and class key allow reading it now.
     public func isReadable(_ key: ItemKey) -> Bool {
         state.withLock { s in

@@ -239,3 +239,42 @@ extension UnixListener {
         return SocketConnection(adopting: c)
     }
 }
+
+/// A TCP listener on 127.0.0.1 with an ephemeral port, for the OAuth
+/// loopback redirect (RFC 8252 section 7.3). Closed in `deinit`.
+public final class LoopbackListener: Sendable {
+    public let fd: Int32
+    /// The port the kernel chose.
+    public let port: Int
+
+    public init() throws(SystemError) {
+        var port: Int32 = 0
+        let fd = ctv_tcp_listen_loopback(&port)
+        guard fd >= 0 else { throw SystemError("bind", "127.0.0.1:0") }
+        self.fd = fd
+        self.port = Int(port)
+    }
+
+    deinit { close(fd) }
+
+    /// Accepts one connection, waiting at most `timeoutMs`; nil on timeout.
+    public func accept(timeoutMs: Int32) throws(SystemError) -> SocketConnection? {
+        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        let r = retryOnInterrupt { poll(&p, 1, timeoutMs) }
+        if r < 0 { throw SystemError("poll", "loopback listener") }
+        if r == 0 { return nil }
+        let c = retryOnInterrupt { ctv_accept_cloexec(fd) }
+        if c < 0 { return nil }
+        return SocketConnection(adopting: c)
+    }
+}
+
+extension SocketConnection {
+    /// Whether the peer has closed its end (`poll` for `POLLRDHUP`/`POLLHUP`, no wait).
+    public var peerHasClosed: Bool {
+        let pollRDHUP: Int16 = 0x2000  // POLLRDHUP, which Glibc hides behind _GNU_SOURCE
+        var p = pollfd(fd: fd, events: pollRDHUP, revents: 0)
+        guard poll(&p, 1, 0) > 0 else { return false }
+        return p.revents & (pollRDHUP | Int16(POLLHUP | POLLERR)) != 0
+    }
+}

@@ -4,7 +4,7 @@ import VaultModel
 
 /// The verbs, in the order `--help` lists them.
 nonisolated(unsafe) let commands: [any Command.Type] = [  // written once, before any thread starts
-    InitCommand.self, AddCommand.self, ListCommand.self, TokenCommand.self, HeaderCommand.self, RevokeCommand.self,
+    InitCommand.self, AddCommand.self, LoginCommand.self, ListCommand.self, TokenCommand.self, HeaderCommand.self, RevokeCommand.self,
     RefreshCommand.self, Report401Command.self, ClientSecretCommand.self, ProvidersCommand.self,
     LockCommand.self, UnlockCommand.self, PassphraseCommand.self, StatusCommand.self,
 ]

@@ -54,4 +54,8 @@ int ctv_realtime_timerfd(void);
 /// with TFD_TIMER_CANCEL_ON_SET so a clock change wakes the reader with ECANCELED.
 int ctv_timerfd_arm_at(int fd, double seconds);
 
+/// A TCP listener on 127.0.0.1 with an ephemeral port (RFC 8252 loopback
+/// redirect). Returns the fd (close-on-exec) and writes the port, or -1.
+int ctv_tcp_listen_loopback(int *port_out);
+
 #endif
