@@ -410,6 +410,72 @@ final class DaemonHarness {
         return result
     }
 
+    // MARK: - Config file
+
+    /// The config file the daemon reads: `$XDG_CONFIG_HOME/tokenvault/config.json`.
+    var configPath: String { configHome + "/tokenvault/config.json" }
+
+    /// Writes `text` as the daemon's config file (0600). Call it before
+    /// `start()`, or send SIGHUP afterwards.
+    func writeConfig(_ text: String) throws {
+        let folder = configHome + "/tokenvault"
+        if !FileManager.default.fileExists(atPath: folder) {
+            guard mkdir(folder, 0o700) == 0 else { throw HarnessError("mkdir \(folder): \(String(cString: strerror(errno)))") }
+        }
+        guard FileManager.default.createFile(atPath: configPath, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw HarnessError("cannot write \(configPath)")
+        }
+    }
+
+    // MARK: - Commands that wait (login)
+
+    /// A `vaultctl` started without waiting for it: its output can be read while it runs.
+    final class BackgroundCommand {
+        let process: ChildProcess
+        let stdoutPath: String
+        let stderrPath: String
+        init(process: ChildProcess, stdoutPath: String, stderrPath: String) {
+            self.process = process
+            self.stdoutPath = stdoutPath
+            self.stderrPath = stderrPath
+        }
+        var pid: Int32 { process.pid }
+        var stdout: String { (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? "" }
+        var stderr: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
+
+        /// Waits until its standard error contains `text` (and fails at once if it ends first).
+        func waitForStderr(_ text: String, timeout: Duration = .seconds(10)) throws {
+            try waitFor("vaultctl to print \(text.debugDescription)", timeout: timeout) {
+                if stderr.contains(text) { return true }
+                guard process.isRunning else {
+                    throw HarnessError("vaultctl ended with \(process.exitStatus ?? -1) before printing \(text.debugDescription): stdout \(stdout.debugDescription), stderr \(stderr.debugDescription)")
+                }
+                return false
+            }
+        }
+    }
+
+    /// Starts `vaultctl` with `arguments` in this vault's environment and returns at once.
+    func spawnVaultctl(_ arguments: [String]) throws -> BackgroundCommand {
+        runs += 1
+        let outPath = folder + "/io/out-\(runs)"
+        let errPath = folder + "/io/err-\(runs)"
+        let p = try ChildProcess(PackagePaths.vaultctl, arguments, environment: environment, stdinPath: nil, stdoutPath: outPath, stderrPath: errPath)
+        return BackgroundCommand(process: p, stdoutPath: outPath, stderrPath: errPath)
+    }
+
+    /// Waits for a background `vaultctl` to end and collects what it left,
+    /// with the same secret check as `run`.
+    func wait(for command: BackgroundCommand, timeout: Duration = .seconds(30), sourceLocation: SourceLocation = #_sourceLocation) throws -> CommandResult {
+        let status = try command.process.wait(timeout: timeout, what: "background vaultctl (pid \(command.pid)) to exit")
+        let result = CommandResult(status: status, stdout: command.stdout, stderr: command.stderr, pid: command.pid)
+        for secret in secrets where result.stderr.contains(secret) {
+            Issue.record("a secret reached the standard error of a background vaultctl", sourceLocation: sourceLocation)
+        }
+        checkDaemonAlive(sourceLocation: sourceLocation)
+        return result
+    }
+
     // MARK: - Reading output
 
     /// `vaultctl list --json`, parsed.
