@@ -1,4 +1,5 @@
 @preconcurrency import Glibc
+import Synchronization
 import VaultModel
 import VaultSystem
 
@@ -20,10 +21,28 @@ public final class AuditLog: Sendable {
 
     deinit { close(fd) }
 
-    /// Records one event.
+    /// The timestamp of the current second, formatted once per second.
+    private let stamp = Mutex<(second: Int, text: [UInt8])>((-1, []))
+
+    /// Records one event (one `write(2)`; names are validated, so no escaping is needed).
     public func record(_ event: String, provider: String, account: String, pid: Int32, exe: String?) {
-        let line = "\(WallClock.rfc3339(WallClock.now())) \(event) provider=\(provider) account=\(account) pid=\(pid) exe=\(exe ?? "?")\n"
-        var bytes = Array(line.utf8)
-        _ = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress, $0.count) }
+        let now = Int(WallClock.now())
+        var line = stamp.withLock { s -> [UInt8] in
+            if s.second != now { s = (now, Array(WallClock.rfc3339(Double(now)).utf8)) }
+            return s.text
+        }
+        line.reserveCapacity(line.count + 96 + (exe?.utf8.count ?? 1))
+        line.append(0x20)
+        line.append(contentsOf: event.utf8)
+        line.append(contentsOf: " provider=".utf8)
+        line.append(contentsOf: provider.utf8)
+        line.append(contentsOf: " account=".utf8)
+        line.append(contentsOf: account.utf8)
+        line.append(contentsOf: " pid=".utf8)
+        line.append(contentsOf: String(pid).utf8)
+        line.append(contentsOf: " exe=".utf8)
+        line.append(contentsOf: (exe ?? "?").utf8)
+        line.append(0x0A)
+        _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
     }
 }

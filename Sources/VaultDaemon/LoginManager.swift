@@ -48,7 +48,9 @@ public final class LoginManager: Sendable {
             if first { finished.leave() }
         }
 
-        var isOver: Bool { cancelled.load(ordering: .relaxed) || ContinuousClock.now >= deadline }
+        var isOver: Bool {
+            cancelled.load(ordering: .relaxed) || ContinuousClock.now >= deadline || outcome.withLock { $0 != nil }
+        }
     }
 
     let vault: Vault
@@ -80,6 +82,9 @@ public final class LoginManager: Sendable {
             throw VaultError(.locked, "\(key) cannot be stored now in mode \(mode.rawValue): unlock the vault first (vaultctl unlock)")
         }
         let clientSecret = try readClientSecret(key.provider)
+        if clientSecret == nil && profile.clientAuth != .none && !device && profile.grant != "device_code" {
+            throw VaultError(.failure, "provider \(key.provider) uses \(profile.clientAuth.rawValue): store its client secret first (vaultctl client-secret set \(key.provider))")
+        }
         if profile.grant == "client_credentials" {
             let response: TokenResponse
             do { response = try providers.client.clientCredentials(profile, clientSecret: clientSecret) } catch {
@@ -146,7 +151,9 @@ public final class LoginManager: Sendable {
     private func awaitRedirect(_ session: Session, listener: LoopbackListener, profile: ProviderProfile, redirectURI: String,
                                state: String, verifier: String, clientSecret: String?, peer: Peer) {
         defer { _ = sessions.withLock { $0.removeValue(forKey: session.id) } }
+        defer { listener.stopListening() }
         while !session.isOver {
+            if peer.hasGoneAway { cancel(session, why: "its client went away") }
             guard let conn = try? listener.accept(timeoutMs: 250) else { continue }
             guard let request = readHTTPRequest(conn) else { continue }
             // Only GET /callback?… is the redirect; anything else (a favicon, a probe) gets 404.
@@ -157,16 +164,19 @@ public final class LoginManager: Sendable {
             let q = request.query
             guard q["state"] == state else {
                 respond(conn, status: "400 Bad Request", title: "Login failed", text: "The state parameter does not match this login. Nothing was stored.")
+                listener.stopListening()
                 session.finish(.failure(VaultError(.denied, "the redirect carried a wrong state (a forged or stale login); nothing was stored")))
                 return
             }
             if let error = q["error"] {
                 respond(conn, status: "200 OK", title: "Login failed", text: "The provider said: \(htmlEscape(error)). Nothing was stored.")
+                listener.stopListening()
                 session.finish(.failure(VaultError(.denied, "the provider refused the login: \(ItemName.printable(error))")))
                 return
             }
             guard let code = q["code"], !code.isEmpty else {
                 respond(conn, status: "400 Bad Request", title: "Login failed", text: "The redirect carried no code.")
+                listener.stopListening()
                 session.finish(.failure(VaultError(.badInput, "the redirect carried no authorization code")))
                 return
             }
@@ -185,6 +195,7 @@ public final class LoginManager: Sendable {
             case .success: respond(conn, status: "200 OK", title: "Logged in", text: "TokenVault stored the tokens of \(htmlEscape(session.key.description)). You can close this page.")
             case .failure(let e): respond(conn, status: "200 OK", title: "Login failed", text: htmlEscape(e.message))
             }
+            listener.stopListening()
             session.finish(result)
             return
         }
@@ -221,7 +232,10 @@ public final class LoginManager: Sendable {
         while true {
             // Sleep one interval in short slices, so a cancel is noticed at once.
             let wake = ContinuousClock.now + .milliseconds(Int64(interval * 1000))
-            while ContinuousClock.now < wake && !session.isOver { usleep(100_000) }
+            while ContinuousClock.now < wake && !session.isOver {
+                if peer.hasGoneAway { cancel(session, why: "its client went away") }
+                usleep(100_000)
+            }
             if session.isOver || ContinuousClock.now >= codeDeadline {
                 session.finish(.failure(session.cancelled.load(ordering: .relaxed)
                     ? VaultError(.failure, "the login was cancelled; nothing was stored")

@@ -47,9 +47,21 @@ public struct JSONObject: Sendable, Equatable, Sequence {
 
     public init() {}
 
+    /// An object with these members in order; a repeated key keeps its last value.
     public init(_ members: [(String, JSON)]) {
-        for (k, v) in members { self[k] = v }
+        self.members.reserveCapacity(members.count)
+        for (k, v) in members {
+            if self.members.contains(where: { $0.key == k }) { self[k] = v } else { self.members.append((k, v)) }
+        }
     }
+
+    /// Appends a member whose key the caller knows is new.
+    mutating func appendNew(_ key: String, _ value: JSON) {
+        members.append((key, value))
+    }
+
+    /// Whether `key` is present.
+    public func contains(_ key: String) -> Bool { members.contains { $0.key == key } }
 
     public static func == (a: JSONObject, b: JSONObject) -> Bool {
         guard a.members.count == b.members.count else { return false }
@@ -156,8 +168,8 @@ private struct JSONParser {
             index += 1
             skipWhitespace()
             let value = try parseValue(depth: depth + 1)
-            guard object[key] == nil else { throw error("duplicate key \"\(key)\"") }
-            object[key] = value
+            guard !object.contains(key) else { throw error("duplicate key \"\(key)\"") }
+            object.appendNew(key, value)
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input in an object") }
             if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
@@ -289,6 +301,14 @@ private struct JSONParser {
             if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
             guard digits(&self) > 0 else { throw error("bad number: no digits in exponent") }
         }
+        // Fast path: a plain integer of at most 15 digits is exact as a Double.
+        let negative = bytes[start] == UInt8(ascii: "-")
+        let digitsStart = negative ? start + 1 : start
+        if index - digitsStart <= 15, !bytes[digitsStart..<index].contains(where: { $0 < UInt8(ascii: "0") || $0 > UInt8(ascii: "9") }) {
+            var v: Int64 = 0
+            for b in bytes[digitsStart..<index] { v = v * 10 + Int64(b - UInt8(ascii: "0")) }
+            return .number(Double(negative ? -v : v))
+        }
         let text = String(decoding: bytes[start..<index], as: UTF8.self)
         guard let value = Double(text), value.isFinite else { throw JSONParseError(offset: start, reason: "number out of range") }
         return .number(value)
@@ -341,6 +361,16 @@ extension JSON {
     /// Writes `s` as a JSON string literal, escaping what RFC 8259 requires.
     public static func writeString(_ s: String, to out: inout [UInt8]) {
         out.append(0x22)
+        // Fast path: most strings (tokens, names) need no escaping at all.
+        let plain = s.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+            for b in bytes where b < 0x20 || b == 0x22 || b == 0x5C { return false }
+            out.append(contentsOf: bytes)
+            return true
+        }
+        if plain == true {
+            out.append(0x22)
+            return
+        }
         for b in s.utf8 {
             switch b {
             case 0x22: out.append(contentsOf: [0x5C, 0x22])

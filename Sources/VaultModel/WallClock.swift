@@ -22,15 +22,31 @@ public enum WallClock {
         set { offsetBits.store(newValue.bitPattern, ordering: .relaxed) }
     }
 
-    /// RFC 3339 in UTC with whole seconds: `2026-11-29T14:30:00Z`.
+    /// RFC 3339 in UTC with whole seconds: `2026-11-29T14:30:00Z` (`gmtime_r`).
     public static func rfc3339(_ seconds: Double) -> String {
         var t = time_t(seconds.rounded(.down))
         var tm = tm()
         gmtime_r(&t, &tm)
-        func pad(_ v: Int32, _ n: Int) -> String {
-            let s = String(v)
-            return String(repeating: "0", count: max(0, n - s.count)) + s
+        var out = [UInt8](repeating: 0, count: 20)
+        func put(_ v: Int32, _ at: Int, _ width: Int) {
+            var v = v
+            for i in stride(from: at + width - 1, through: at, by: -1) {
+                out[i] = UInt8(48 + v % 10)
+                v /= 10
+            }
         }
-        return "\(pad(tm.tm_year + 1900, 4))-\(pad(tm.tm_mon + 1, 2))-\(pad(tm.tm_mday, 2))T\(pad(tm.tm_hour, 2)):\(pad(tm.tm_min, 2)):\(pad(tm.tm_sec, 2))Z"
+        put(tm.tm_year + 1900, 0, 4)
+        out[4] = UInt8(ascii: "-")
+        put(tm.tm_mon + 1, 5, 2)
+        out[7] = UInt8(ascii: "-")
+        put(tm.tm_mday, 8, 2)
+        out[10] = UInt8(ascii: "T")
+        put(tm.tm_hour, 11, 2)
+        out[13] = UInt8(ascii: ":")
+        put(tm.tm_min, 14, 2)
+        out[16] = UInt8(ascii: ":")
+        put(tm.tm_sec, 17, 2)
+        out[19] = UInt8(ascii: "Z")
+        return String(decoding: out, as: UTF8.self)
     }
 }

@@ -53,7 +53,6 @@ extension TokenEndpointClient {
     /// Exchanges an authorization code (RFC 6749 section 4.1.3, RFC 7636 section 4.5).
     public func exchangeCode(_ profile: ProviderProfile, code: String, redirectURI: String, verifier: String, clientSecret: String?) throws(EndpointFailure) -> TokenResponse {
         var form: [(String, String)] = [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI), ("code_verifier", verifier)]
-        if profile.clientAuth == .clientSecretBasic, let id = profile.clientID { form.append(("client_id", id)) }
         return try tokenRequest(profile, form: &form, clientSecret: clientSecret)
     }
 

@@ -101,12 +101,18 @@ public final class TokenEndpointClient: Sendable {
         switch profile.clientAuth {
         case .none:
             if !clientID.isEmpty { form.append(("client_id", clientID)) }
-        case .clientSecretPost:
-            guard let clientSecret else { throw .needsReauth("provider \(profile.name) needs a client secret (vaultctl client-secret set \(profile.name))") }
-            form.append(("client_id", clientID))
-            form.append(("client_secret", clientSecret))
-        case .clientSecretBasic:
-            guard let clientSecret else { throw .needsReauth("provider \(profile.name) needs a client secret (vaultctl client-secret set \(profile.name))") }
+        case .clientSecretPost, .clientSecretBasic:
+            // Without a stored secret, act as a public client and let the provider decide
+            // (GitHub's device flow needs no secret even for apps that have one).
+            guard let clientSecret else {
+                if !clientID.isEmpty { form.append(("client_id", clientID)) }
+                return
+            }
+            if profile.clientAuth == .clientSecretPost {
+                form.append(("client_id", clientID))
+                form.append(("client_secret", clientSecret))
+                return
+            }
             let pair = FormEncoding.encode(clientID) + ":" + FormEncoding.encode(clientSecret)
             headers["Authorization"] = "Basic " + Data(pair.utf8).base64EncodedString()
         }

@@ -5,12 +5,16 @@ import VaultModel
 /// endian) so no two different field lists encode the same bytes.
 enum AssociatedData {
     static func encode(_ label: String, _ fields: [String]) -> [UInt8] {
-        var out = Array(label.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(label.utf8.count + fields.reduce(0) { $0 + 4 + $1.utf8.count })
+        out.append(contentsOf: label.utf8)
         for f in fields {
-            let b = Array(f.utf8)
-            let n = UInt32(b.count)
-            out += [UInt8(n >> 24), UInt8(n >> 16 & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n & 0xFF)]
-            out += b
+            let n = UInt32(f.utf8.count)
+            out.append(UInt8(n >> 24))
+            out.append(UInt8(n >> 16 & 0xFF))
+            out.append(UInt8(n >> 8 & 0xFF))
+            out.append(UInt8(n & 0xFF))
+            out.append(contentsOf: f.utf8)
         }
         return out
     }

@@ -257,6 +257,12 @@ public final class LoopbackListener: Sendable {
 
     deinit { close(fd) }
 
+    /// Stops accepting at once (`shutdown(2)` on the listening socket: new
+    /// connections are refused); the descriptor is closed in `deinit`.
+    public func stopListening() {
+        _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+    }
+
     /// Accepts one connection, waiting at most `timeoutMs`; nil on timeout.
     public func accept(timeoutMs: Int32) throws(SystemError) -> SocketConnection? {
         var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
