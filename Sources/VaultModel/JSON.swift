@@ -272,6 +272,8 @@ private struct JSONParser {
     }
 
     func validated(_ slice: ArraySlice<UInt8>, at offset: Int) throws(JSONParseError) -> String {
+        // ASCII needs no validation, and the generic validating initialiser is costly on a hot path.
+        if !slice.contains(where: { $0 >= 0x80 }) { return String(decoding: slice, as: UTF8.self) }
         guard let s = String(validating: slice, as: UTF8.self) else {
             throw JSONParseError(offset: offset, reason: "string is not valid UTF-8")
         }
