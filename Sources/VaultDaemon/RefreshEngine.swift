@@ -46,6 +46,8 @@ public final class RefreshEngine: Sendable {
         var current: [ItemKey: UInt64] = [:]
         var generation: UInt64 = 0
         var failures: [ItemKey: Int] = [:]
+        /// When a failed item may be tried again (backoff, `Retry-After`).
+        var retryAt: [ItemKey: Double] = [:]
         var flights: [ItemKey: Flight] = [:]
         var running = true
     }
@@ -134,7 +136,7 @@ public final class RefreshEngine: Sendable {
 
     /// Re-evaluates `key`'s place in the schedule after it changed.
     public func itemChanged(_ key: ItemKey) {
-        schedule.withLock { $0.failures[key] = nil }
+        schedule.withLock { $0.failures[key] = nil; $0.retryAt[key] = nil }
         reschedule(key)
     }
 
@@ -200,7 +202,16 @@ public final class RefreshEngine: Sendable {
     /// Refreshes `key` now, or joins the refresh already running, and waits
     /// at most `wait` seconds. `seenUpdatedAt` is the item's `updatedAt`
     /// the caller saw: if the item changed since, nothing is sent.
-    public func refresh(_ key: ItemKey, seenUpdatedAt: Double?, wait: Double) -> Outcome {
+    /// With `honourBackoff`, an item whose last refresh failed is not tried
+    /// before its retry time (backoff, `Retry-After`): clients asking for a
+    /// token must not turn the backoff into a request per client request.
+    public func refresh(_ key: ItemKey, seenUpdatedAt: Double?, wait: Double, honourBackoff: Bool = false) -> Outcome {
+        if honourBackoff, let at = schedule.withLock({ s in s.flights[key] == nil ? s.retryAt[key] : nil }) {
+            let left = at - WallClock.now()
+            if left > 0 {
+                return .failed(VaultError(.temporary, "the last refresh of \(key) failed; the next attempt is in \(Int(left.rounded(.up))) s"))
+            }
+        }
         guard let flight = begin(key, seenUpdatedAt: seenUpdatedAt) else { return .alreadyFresh }
         if flight.done.wait(timeout: .now() + wait) == .timedOut {
             return .failed(VaultError(.temporary, "the refresh of \(key) is still running after \(Int(wait)) s"))
@@ -230,7 +241,7 @@ public final class RefreshEngine: Sendable {
     private func finish(_ key: ItemKey, _ flight: Flight, _ outcome: Outcome) {
         schedule.withLock { s in
             s.flights[key] = nil
-            if case .refreshed = outcome { s.failures[key] = nil }
+            if case .refreshed = outcome { s.failures[key] = nil; s.retryAt[key] = nil }
         }
         flight.outcome.withLock { $0 = outcome }
         flight.done.leave()
@@ -309,7 +320,7 @@ public final class RefreshEngine: Sendable {
         case .needsReauth(let message):
             logger.warning("\(key) needs a new login: \(message)")
             do { try vault.setStatus(key, .needsReauth) } catch { logger.error("cannot mark \(key) needs-reauth: \(error.message)") }
-            schedule.withLock { $0.current[key] = nil; $0.failures[key] = nil }
+            schedule.withLock { $0.current[key] = nil; $0.failures[key] = nil; $0.retryAt[key] = nil }
             notifier.needsReauth(provider: key.provider, account: key.account, reason: message,
                                  command: providers.current.providers[key.provider]?.notifyCommand)
             return .failed(VaultError(.needsReauth, "\(message); log in again (vaultctl login \(key.provider))"))
@@ -335,7 +346,9 @@ public final class RefreshEngine: Sendable {
         let base = min(600, max(minimum, Double(1 << min(n, 10))))
         let jitter = 0.8 + 0.4 * Double(randomUniform(1_000_000)) / 1_000_000
         let delay = max(base * jitter, retryAfter ?? 0)
-        set(key, due: WallClock.now() + delay)
+        let at = WallClock.now() + delay
+        schedule.withLock { $0.retryAt[key] = at }
+        set(key, due: at)
         return delay
     }
 }
