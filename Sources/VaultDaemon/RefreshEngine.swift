@@ -17,8 +17,9 @@ import VaultSystem
 /// `needs-reauth` on `invalid_grant`/`invalid_client`.
 ///
 /// Thread safety: the schedule and the flights are behind one mutex; the
-/// scheduler runs on its own thread; refreshes run on a small worker pool
-/// (blocking HTTP, never on Swift's cooperative pool).
+/// scheduler runs on its own thread; refreshes run on a small pool of
+/// threads of their own (blocking HTTP and SQLite: never on Swift's
+/// cooperative pool, and never on Dispatch's, which URLSession needs free).
 public final class RefreshEngine: Sendable {
     /// What a refresh did.
     public enum Outcome: Sendable {
@@ -59,8 +60,15 @@ public final class RefreshEngine: Sendable {
     let notifier: Notifier
     private let schedule = Mutex(Schedule())
     private let timer: WallClockTimer
-    private let workers = DispatchQueue(label: "tokenvault.refresh", attributes: .concurrent)
-    private let slots = DispatchSemaphore(value: 8)
+    /// Refreshes waiting for a worker thread, oldest first.
+    private struct Jobs {
+        var queue: [(key: ItemKey, flight: Flight)] = []
+        var head = 0
+    }
+    private let jobs = Mutex(Jobs())
+    private let jobsReady = DispatchSemaphore(value: 0)
+    /// Refreshes that run at once.
+    static let workerCount = 8
     /// Refreshes started, for `status` and benchmarks.
     public let requestsSent = Atomic<Int>(0)
     /// Timer wake-ups, for the idle benchmark.
@@ -82,10 +90,41 @@ public final class RefreshEngine: Sendable {
 
     // MARK: - Scheduler
 
-    /// Starts the scheduler thread and schedules every item.
+    /// Starts the scheduler thread and the worker threads, and schedules every item.
+    ///
+    /// The workers are POSIX threads, not a Dispatch queue: a refresh blocks
+    /// its thread until URLSession answers, and URLSession delivers answers
+    /// on Dispatch's global pool. With refreshes blocking that pool (2
+    /// threads on 2 cores), each answer waited for Linux libdispatch to add
+    /// a thread, about once a second: 200 due refreshes took minutes.
     public func start() throws(SystemError) {
+        for _ in 0..<Self.workerCount {
+            try spawnThread(stackSize: 1 << 20) { [self] in work() }
+        }
         try spawnThread { [self] in run() }
         rescheduleAll()
+    }
+
+    /// A worker thread: runs queued refreshes, one at a time, forever.
+    private func work() {
+        while true {
+            jobsReady.wait()
+            let job = jobs.withLock { j -> (key: ItemKey, flight: Flight)? in
+                guard j.head < j.queue.count else { return nil }
+                let job = j.queue[j.head]
+                j.head += 1
+                if j.head == j.queue.count {
+                    j.queue.removeAll(keepingCapacity: true)
+                    j.head = 0
+                } else if j.head >= 1024 && j.head * 2 >= j.queue.count {
+                    j.queue.removeFirst(j.head)
+                    j.head = 0
+                }
+                return job
+            }
+            guard let job else { continue }
+            finish(job.key, job.flight, perform(job.key))
+        }
     }
 
     /// Stops the scheduler (refreshes in flight finish).
@@ -228,12 +267,8 @@ public final class RefreshEngine: Sendable {
             return (f, true)
         }
         if let flight, started {
-            workers.async { [self] in
-                slots.wait()
-                let outcome = perform(key)
-                slots.signal()
-                finish(key, flight, outcome)
-            }
+            jobs.withLock { $0.queue.append((key, flight)) }
+            jobsReady.signal()
         }
         return flight
     }

@@ -114,6 +114,32 @@ extension EndToEnd {
                   "first request per connection waited median \(waits[waits.count / 2]) s, max \(waits.last ?? 0) s") }
         }
 
+        @Test func manyItemsDueAtOnce_areRefreshedInParallel_notAboutOnePerSecond() throws {
+            // Refreshes used to block Dispatch's global pool, which URLSession
+            // needs to deliver answers: with more than two due at once, each
+            // waited for libdispatch to add a thread, about once a second.
+            let f = try RefreshFixture(start: false)
+            defer { f.finish() }
+            let clockFile = f.h.folder + "/clock"
+            try "0\n".write(toFile: clockFile, atomically: true, encoding: .utf8)
+            f.h.daemonEnvironment["TOKENVAULT_TEST_CLOCK_FILE"] = clockFile
+            try f.h.start()
+            let count = 24
+            for i in 0..<count { try f.h.add(try f.server.authorizationCode(), account: "a\(i)") }
+            // The test seam makes all of them due at the same instant (see wallClockJump_… below).
+            try "3500\n".write(toFile: clockFile, atomically: true, encoding: .utf8)
+            let jumped = ContinuousClock.now
+            kill(f.h.daemonPID, SIGUSR1)
+            try waitFor("\(count) refreshes", timeout: .seconds(30)) { try f.server.stats().refreshSuccess >= count }
+            let took = ContinuousClock.now - jumped
+            #expect(took < .seconds(4), "\(count) refreshes due at once took \(took)")
+            let stats = try f.server.stats()
+            #expect(stats.refreshRequests == count && stats.reuseDetected == 0 && stats.replayed == 0, "\(stats)")
+            try waitFor("every item valid", timeout: .seconds(5)) {
+                try f.h.listJSON().filter { $0["state"] as? String == "valid" }.count == count
+            }
+        }
+
         @Test func wallClockJump_throughTheTestSeam_reevaluatesDeadlinesAndRefreshesAtOnce() throws {
             // This is the injectable-clock seam (TOKENVAULT_TEST_CLOCK_FILE, re-read
             // on SIGUSR1): it moves the daemon's WallClock and wakes the scheduler.

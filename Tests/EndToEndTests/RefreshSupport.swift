@@ -276,10 +276,10 @@ extension DaemonHarness {
     }
 
     /// Remembers a grant's tokens as secrets and adds it with `vaultctl add PROVIDER` (JSON on stdin).
-    func add(_ grant: TokenGrant, provider: String = "test", sourceLocation: SourceLocation = #_sourceLocation) throws {
+    func add(_ grant: TokenGrant, provider: String = "test", account: String? = nil, sourceLocation: SourceLocation = #_sourceLocation) throws {
         remember(grant.accessToken)
         if let rt = grant.refreshToken { remember(rt) }
-        let r = try vaultctl(["add", provider], stdin: grant.json)
+        let r = try vaultctl(["add", provider] + (account.map { ["--account", $0] } ?? []), stdin: grant.json)
         try #require(r.status == 0, "vaultctl add \(provider): \(r)", sourceLocation: sourceLocation)
     }
 
