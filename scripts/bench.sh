@@ -13,16 +13,79 @@ items=${BENCH_ITEMS:-10000}
 work=$(mktemp -d /tmp/tvb.XXXXXX)
 daemon_pid=""
 echo_pid=""
+oauth_pid=""
 cleanup() {
   [[ -n "$daemon_pid" ]] && kill "$daemon_pid" 2>/dev/null || true
   [[ -n "$echo_pid" ]] && kill "$echo_pid" 2>/dev/null || true
+  [[ -n "$oauth_pid" ]] && kill "$oauth_pid" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
+# Starts tokenvaultd in the background on its own socket and data folder
+# (extra environment first, as NAME=VALUE words) and waits until it answers.
+start_daemon() {
+  local sock=$1 data=$2 config=$3; shift 3
+  mkdir -p "$data"
+  env "$@" "$bin/tokenvaultd" --socket "$sock" --data-dir "$data" --config "$config" --log-level warning 2>>"$work/daemon.log" &
+  daemon_pid=$!
+  for _ in $(seq 400); do [[ -S "$sock" ]] && "$bin/vaultctl" --socket "$sock" status >/dev/null 2>&1 && return; sleep 0.05; done
+  echo "tokenvaultd did not start:"; cat "$work/daemon.log"; exit 1
+}
+
+stop_daemon() { kill "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=""; }
+
+# The refresh engine (docs/performance.md "Refresh engine"), against the
+# test OAuth server of Tests/OAuthServer on loopback.
+bench_refresh() {
+  local py base config
+  # Private folders for the daemons (audit log, runtime), never the user's own.
+  export XDG_RUNTIME_DIR="$work/r-run" XDG_DATA_HOME="$work/r-data" XDG_CONFIG_HOME="$work/r-cfg" XDG_STATE_HOME="$work/r-state"
+  mkdir -p -m 700 "$XDG_RUNTIME_DIR"
+  # 1,000 connections at once need more descriptors than the usual soft limit of 1024.
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  py="$(bash scripts/oauth-server-venv.sh | tail -n1)"
+  "$py" Tests/OAuthServer/server.py --port 0 --quiet --watch-parent >"$work/oauth.out" 2>"$work/oauth.log" &
+  oauth_pid=$!
+  for _ in $(seq 400); do grep -q '^READY ' "$work/oauth.out" 2>/dev/null && break; sleep 0.05; done
+  base=$(awk '/^READY /{print $2}' "$work/oauth.out")
+  [[ -n "$base" ]] || { echo "the OAuth server did not start"; cat "$work/oauth.log"; exit 1; }
+  config="$work/refresh-config.json"
+  printf '{"providers": {"bench": {"token_endpoint": "%s/token", "client_id": "public-cli"}}}\n' "$base" >"$config"
+
+  echo "== refresh engine: idle with $items scheduled items (lifetimes spread over 1-2 h), ${BENCH_IDLE_SECONDS:-60} s"
+  "$bin/tokenvault-bench" populate-staggered "$work/idle" "$items" bench 3600 7200
+  start_daemon "$work/idle.sock" "$work/idle" "$config"
+  sleep 2   # let start-up settle; the measurement is of the idle daemon
+  "$bin/tokenvault-bench" idle "$daemon_pid" "${BENCH_IDLE_SECONDS:-60}"
+  echo "next refresh: $("$bin/vaultctl" --socket "$work/idle.sock" list --json | python3 -c 'import json,sys; print(min(i["next_refresh"] for i in json.load(sys.stdin)))')"
+  stop_daemon
+  echo "-- reference: the same vault with the provider not in the config (nothing scheduled), 10 s"
+  echo '{}' >"$work/empty-config.json"
+  start_daemon "$work/idle.sock" "$work/idle" "$work/empty-config.json"
+  sleep 2
+  "$bin/tokenvault-bench" idle "$daemon_pid" 10
+  stop_daemon
+
+  echo "== refresh engine: refreshes due at once, and single flight"
+  echo 0 >"$work/clock"
+  start_daemon "$work/rf.sock" "$work/rf" "$config" TOKENVAULT_TEST_CLOCK_FILE="$work/clock" TOKENVAULT_MAX_CONNECTIONS=1100
+  "$bin/tokenvault-bench" refresh-rate "$work/rf.sock" "$base" "${BENCH_REFRESH_ITEMS:-200}" "$daemon_pid" "$work/clock"
+  "$bin/tokenvault-bench" single-flight "$work/rf.sock" "$base" 1000 0
+  "$bin/tokenvault-bench" single-flight "$work/rf.sock" "$base" 1000 1
+  stop_daemon
+  kill "$oauth_pid"; wait "$oauth_pid" || true; oauth_pid=""
+}
+
 echo "== machine"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; memory: $(free -g | awk '/Mem:/{print $2}') GiB"
 echo "kernel: $(uname -r); $(swift --version 2>/dev/null | head -1)"
+
+# BENCH_ONLY=refresh runs only the refresh-engine section.
+if [[ "${BENCH_ONLY:-}" == refresh ]]; then
+  bench_refresh
+  exit 0
+fi
 
 echo "== store ($items items, SQLite WAL synchronous=FULL, on $(df -T "$work" | awk 'NR==2{print $2}'))"
 mkdir -p "$work/store"
@@ -76,3 +139,5 @@ echo "== daemon with $items items: start to READY=1, RSS"
 mkdir -p "$work/big"
 "$bin/tokenvault-bench" populate "$work/big" "$items"
 "$bin/tokenvault-bench" ready "$bin/tokenvaultd" "$work/big.sock" --socket "$work/big.sock" --data-dir "$work/big" --log-level warning
+
+bench_refresh

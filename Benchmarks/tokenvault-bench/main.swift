@@ -269,8 +269,13 @@ do {
     case "echo-latency": try echoLatency(path: args[1], requestSize: Int(args[2])!, count: Int(args[3]) ?? 20_000)
     case "throughput": try throughput(socket: args[1], clients: Int(args[2]) ?? 16, seconds: Double(args[3]) ?? 5)
     case "ready": try startToReady(daemon: args[1], arguments: Array(args.dropFirst(3)), socket: args[2])
+    case "populate-staggered":
+        try populateStaggered(folder: args[1], count: Int(args[2]) ?? 10_000, provider: args[3], minLife: Double(args[4]) ?? 3600, maxLife: Double(args[5]) ?? 7200)
+    case "idle": try idle(pid: Int32(args[1])!, seconds: Double(args[2]) ?? 60)
+    case "refresh-rate": try refreshRate(socket: args[1], base: args[2], count: Int(args[3]) ?? 200, pid: Int32(args[4])!, clockFile: args[5])
+    case "single-flight": try singleFlight(socket: args[1], base: args[2], connections: Int(args[3]) ?? 1000, slow: Double(args[4]) ?? 0)
     default:
-        fail("usage: tokenvault-bench store DIR N | populate DIR N | latency SOCK N | wire-sizes SOCK | echo-server PATH RESP | echo-latency PATH REQ N | throughput SOCK CLIENTS SECONDS | ready DAEMON SOCK ARGS…")
+        fail("usage: tokenvault-bench store DIR N | populate DIR N | latency SOCK N | wire-sizes SOCK | echo-server PATH RESP | echo-latency PATH REQ N | throughput SOCK CLIENTS SECONDS | ready DAEMON SOCK ARGS… | populate-staggered DIR N PROVIDER MIN_S MAX_S | idle PID SECONDS | refresh-rate SOCK BASE N DAEMON_PID CLOCK_FILE | single-flight SOCK BASE CONNECTIONS SLOW_S")
     }
 } catch {
     fail("\(error)")

@@ -17,8 +17,9 @@ import VaultSystem
 /// `needs-reauth` on `invalid_grant`/`invalid_client`.
 ///
 /// Thread safety: the schedule and the flights are behind one mutex; the
-/// scheduler runs on its own thread; refreshes run on a small worker pool
-/// (blocking HTTP, never on Swift's cooperative pool).
+/// scheduler runs on its own thread; refreshes run on a small pool of
+/// threads of their own (blocking HTTP and SQLite: never on Swift's
+/// cooperative pool, and never on Dispatch's, which URLSession needs free).
 public final class RefreshEngine: Sendable {
     /// What a refresh did.
     public enum Outcome: Sendable {
@@ -46,6 +47,8 @@ public final class RefreshEngine: Sendable {
         var current: [ItemKey: UInt64] = [:]
         var generation: UInt64 = 0
         var failures: [ItemKey: Int] = [:]
+        /// When a failed item may be tried again (backoff, `Retry-After`).
+        var retryAt: [ItemKey: Double] = [:]
         var flights: [ItemKey: Flight] = [:]
         var running = true
     }
@@ -57,8 +60,15 @@ public final class RefreshEngine: Sendable {
     let notifier: Notifier
     private let schedule = Mutex(Schedule())
     private let timer: WallClockTimer
-    private let workers = DispatchQueue(label: "tokenvault.refresh", attributes: .concurrent)
-    private let slots = DispatchSemaphore(value: 8)
+    /// Refreshes waiting for a worker thread, oldest first.
+    private struct Jobs {
+        var queue: [(key: ItemKey, flight: Flight)] = []
+        var head = 0
+    }
+    private let jobs = Mutex(Jobs())
+    private let jobsReady = DispatchSemaphore(value: 0)
+    /// Refreshes that run at once.
+    static let workerCount = 8
     /// Refreshes started, for `status` and benchmarks.
     public let requestsSent = Atomic<Int>(0)
     /// Timer wake-ups, for the idle benchmark.
@@ -80,10 +90,41 @@ public final class RefreshEngine: Sendable {
 
     // MARK: - Scheduler
 
-    /// Starts the scheduler thread and schedules every item.
+    /// Starts the scheduler thread and the worker threads, and schedules every item.
+    ///
+    /// The workers are POSIX threads, not a Dispatch queue: a refresh blocks
+    /// its thread until URLSession answers, and URLSession delivers answers
+    /// on Dispatch's global pool. With refreshes blocking that pool (2
+    /// threads on 2 cores), each answer waited for Linux libdispatch to add
+    /// a thread, about once a second: 200 due refreshes took minutes.
     public func start() throws(SystemError) {
+        for _ in 0..<Self.workerCount {
+            try spawnThread(stackSize: 1 << 20) { [self] in work() }
+        }
         try spawnThread { [self] in run() }
         rescheduleAll()
+    }
+
+    /// A worker thread: runs queued refreshes, one at a time, forever.
+    private func work() {
+        while true {
+            jobsReady.wait()
+            let job = jobs.withLock { j -> (key: ItemKey, flight: Flight)? in
+                guard j.head < j.queue.count else { return nil }
+                let job = j.queue[j.head]
+                j.head += 1
+                if j.head == j.queue.count {
+                    j.queue.removeAll(keepingCapacity: true)
+                    j.head = 0
+                } else if j.head >= 1024 && j.head * 2 >= j.queue.count {
+                    j.queue.removeFirst(j.head)
+                    j.head = 0
+                }
+                return job
+            }
+            guard let job else { continue }
+            finish(job.key, job.flight, perform(job.key))
+        }
     }
 
     /// Stops the scheduler (refreshes in flight finish).
@@ -134,7 +175,7 @@ public final class RefreshEngine: Sendable {
 
     /// Re-evaluates `key`'s place in the schedule after it changed.
     public func itemChanged(_ key: ItemKey) {
-        schedule.withLock { $0.failures[key] = nil }
+        schedule.withLock { $0.failures[key] = nil; $0.retryAt[key] = nil }
         reschedule(key)
     }
 
@@ -200,7 +241,16 @@ public final class RefreshEngine: Sendable {
     /// Refreshes `key` now, or joins the refresh already running, and waits
     /// at most `wait` seconds. `seenUpdatedAt` is the item's `updatedAt`
     /// the caller saw: if the item changed since, nothing is sent.
-    public func refresh(_ key: ItemKey, seenUpdatedAt: Double?, wait: Double) -> Outcome {
+    /// With `honourBackoff`, an item whose last refresh failed is not tried
+    /// before its retry time (backoff, `Retry-After`): clients asking for a
+    /// token must not turn the backoff into a request per client request.
+    public func refresh(_ key: ItemKey, seenUpdatedAt: Double?, wait: Double, honourBackoff: Bool = false) -> Outcome {
+        if honourBackoff, let at = schedule.withLock({ s in s.flights[key] == nil ? s.retryAt[key] : nil }) {
+            let left = at - WallClock.now()
+            if left > 0 {
+                return .failed(VaultError(.temporary, "the last refresh of \(key) failed; the next attempt is in \(Int(left.rounded(.up))) s"))
+            }
+        }
         guard let flight = begin(key, seenUpdatedAt: seenUpdatedAt) else { return .alreadyFresh }
         if flight.done.wait(timeout: .now() + wait) == .timedOut {
             return .failed(VaultError(.temporary, "the refresh of \(key) is still running after \(Int(wait)) s"))
@@ -217,12 +267,8 @@ public final class RefreshEngine: Sendable {
             return (f, true)
         }
         if let flight, started {
-            workers.async { [self] in
-                slots.wait()
-                let outcome = perform(key)
-                slots.signal()
-                finish(key, flight, outcome)
-            }
+            jobs.withLock { $0.queue.append((key, flight)) }
+            jobsReady.signal()
         }
         return flight
     }
@@ -230,7 +276,7 @@ public final class RefreshEngine: Sendable {
     private func finish(_ key: ItemKey, _ flight: Flight, _ outcome: Outcome) {
         schedule.withLock { s in
             s.flights[key] = nil
-            if case .refreshed = outcome { s.failures[key] = nil }
+            if case .refreshed = outcome { s.failures[key] = nil; s.retryAt[key] = nil }
         }
         flight.outcome.withLock { $0 = outcome }
         flight.done.leave()
@@ -309,7 +355,7 @@ public final class RefreshEngine: Sendable {
         case .needsReauth(let message):
             logger.warning("\(key) needs a new login: \(message)")
             do { try vault.setStatus(key, .needsReauth) } catch { logger.error("cannot mark \(key) needs-reauth: \(error.message)") }
-            schedule.withLock { $0.current[key] = nil; $0.failures[key] = nil }
+            schedule.withLock { $0.current[key] = nil; $0.failures[key] = nil; $0.retryAt[key] = nil }
             notifier.needsReauth(provider: key.provider, account: key.account, reason: message,
                                  command: providers.current.providers[key.provider]?.notifyCommand)
             return .failed(VaultError(.needsReauth, "\(message); log in again (vaultctl login \(key.provider))"))
@@ -335,7 +381,9 @@ public final class RefreshEngine: Sendable {
         let base = min(600, max(minimum, Double(1 << min(n, 10))))
         let jitter = 0.8 + 0.4 * Double(randomUniform(1_000_000)) / 1_000_000
         let delay = max(base * jitter, retryAfter ?? 0)
-        set(key, due: WallClock.now() + delay)
+        let at = WallClock.now() + delay
+        schedule.withLock { $0.retryAt[key] = at }
+        set(key, due: at)
         return delay
     }
 }

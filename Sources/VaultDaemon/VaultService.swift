@@ -195,7 +195,9 @@ public final class VaultService: Sendable {
                     throw VaultError(.needsReauth, "\(key) needs a new login (vaultctl login \(key.provider))")
                 }
                 seen = item.updatedAt
-                if let expiresAt = item.expiresAt, expiresAt - WallClock.now() <= minValidity { return nil }
+                // Judged on the expiry the client is told (`expires_at_unix`, whole seconds
+                // rounded down), so a client can check the promise: never less than min_validity left.
+                if let expiresAt = item.expiresAt, expiresAt.rounded(.down) - WallClock.now() <= minValidity { return nil }
                 guard let fields = try? JSON.parse(plain), let access = fields["access_token"]?.stringValue else {
                     throw VaultError(.failure, "\(key) holds a damaged token record")
                 }
@@ -222,7 +224,7 @@ public final class VaultService: Sendable {
                 } ?? "expired"
                 throw VaultError(.needsReauth, "the token of \(key) \(when) and cannot be refreshed (\(note)); log in again or add a new token")
             }
-            switch engine.refresh(key, seenUpdatedAt: seen, wait: refreshWait) {
+            switch engine.refresh(key, seenUpdatedAt: seen, wait: refreshWait, honourBackoff: true) {
             case .refreshed: refreshed = true
             case .alreadyFresh: continue
             case .failed(let error):
@@ -421,7 +423,7 @@ public final class VaultService: Sendable {
         try checkAllowed(key, peer: peer)
         audit.record("report-401", provider: key.provider, account: key.account, pid: peer.pid, exe: peer.executable)
         if providers.refreshNote(key.provider) == nil {
-            switch engine.refresh(key, seenUpdatedAt: nil, wait: refreshWait) {
+            switch engine.refresh(key, seenUpdatedAt: nil, wait: refreshWait, honourBackoff: true) {
             case .refreshed, .alreadyFresh:
                 logger.info("\(key) refreshed after a 401 reported by pid \(peer.pid)")
                 return .object(JSONObject([("state", .string(ItemState.valid.rawValue))]))

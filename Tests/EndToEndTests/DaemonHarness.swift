@@ -183,7 +183,8 @@ final class DaemonHarness {
     var auditLogPath: String { stateHome + "/tokenvault/audit.log" }
 
     /// Extra environment for the daemon only (`TOKENVAULT_FRAME_TIMEOUT_MS` …).
-    let daemonEnvironment: [String: String]
+    /// Settable before `start()`, for values that name a file in `folder`.
+    var daemonEnvironment: [String: String]
     /// The running daemon, if any.
     private(set) var daemon: ChildProcess?
     private var daemonLogPaths: [String] = []
