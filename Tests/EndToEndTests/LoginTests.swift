@@ -9,12 +9,12 @@ import Testing
 /// Ctrl-C, timeout).
 extension EndToEnd {
     @Suite struct LoginTests {
-        let server: OAuthTestServer
+        let server: SharedOAuthServer
         /// The device grant's URN, as the server's stats name it.
         static let deviceGrant = "urn:ietf:params:oauth:grant-type:device_code"
 
         init() throws {
-            server = try OAuthTestServer.running()
+            server = try SharedOAuthServer.running()
             try server.control(["reset_all": true])
         }
 
@@ -157,8 +157,8 @@ extension EndToEnd {
             }
 
             let stats = try server.stats()
-            #expect(OAuthTestServer.count(stats, "token_success", "authorization_code") == 1, "\(stats["token_success"] ?? "")")
-            #expect(OAuthTestServer.count(stats, "code_reuse_detected") == 0)
+            #expect(SharedOAuthServer.count(stats, "token_success", "authorization_code") == 1, "\(stats["token_success"] ?? "")")
+            #expect(SharedOAuthServer.count(stats, "code_reuse_detected") == 0)
         }
 
         @Test func loopback_whenTheRedirectCarriesAWrongState_exits77AndStoresNothing() throws {
@@ -177,7 +177,7 @@ extension EndToEnd {
             #expect(r.status == 77, "a wrong state is denied: \(r)")
             #expect(r.stderr.contains("state"), "the message says why: \(r.stderr)")
             #expect(try h.listJSON().isEmpty, "nothing stored")
-            #expect(OAuthTestServer.count(try server.stats(), "token_requests", "total") == 0, "the code is never exchanged")
+            #expect(SharedOAuthServer.count(try server.stats(), "token_requests", "total") == 0, "the code is never exchanged")
             try Self.expectPortCloses(pending.redirectPort)
         }
 
@@ -196,7 +196,7 @@ extension EndToEnd {
             #expect(r.status == 77, "\(r)")
             #expect(r.stderr.contains("access_denied"), "\(r.stderr)")
             #expect(try h.listJSON().isEmpty, "nothing stored")
-            #expect(OAuthTestServer.count(try server.stats(), "token_requests", "total") == 0)
+            #expect(SharedOAuthServer.count(try server.stats(), "token_requests", "total") == 0)
         }
 
         @Test func loopback_whenNoRedirectComesBeforeTheTimeout_exits75AndClosesThePort() throws {
@@ -233,7 +233,7 @@ extension EndToEnd {
             #expect(try h.listJSON().isEmpty, "vault unchanged")
             #expect(try h.statusJSON()["lock_state"] as? String == "locked")
             let stats = try server.stats()
-            #expect(OAuthTestServer.count(stats, "token_requests", "total") == 0 && OAuthTestServer.count(stats, "device_authorizations") == 0)
+            #expect(SharedOAuthServer.count(stats, "token_requests", "total") == 0 && SharedOAuthServer.count(stats, "device_authorizations") == 0)
         }
 
         @Test func login_whileAnotherLoginOfTheSameAccountWaits_exits1AndTheFirstStillCompletes() throws {

@@ -258,7 +258,6 @@ struct TokenGrant {
 
 extension DaemonHarness {
     /// `$XDG_CONFIG_HOME/tokenvault/config.json`, the daemon's default config path.
-    var configPath: String { configHome + "/tokenvault/config.json" }
 
     /// Writes the daemon's config file (0600) from a JSON object.
     func writeConfig(_ config: [String: Any]) throws {

@@ -10,18 +10,18 @@ import Testing
 ///
 /// `--watch-parent` makes it exit with the test process, `--max-lifetime`
 /// is the safety net.
-final class OAuthTestServer: @unchecked Sendable {  // every property is a `let` set in init; `process` is only reaped under `shared`'s lock
+final class SharedOAuthServer: @unchecked Sendable {  // every property is a `let` set in init; `process` is only reaped under `shared`'s lock
     /// The base URL from its READY line; also the issuer.
     let base: String
     private let process: ChildProcess
 
-    private static let shared = Mutex<OAuthTestServer?>(nil)
+    private static let shared = Mutex<SharedOAuthServer?>(nil)
 
     /// The running shared server, started (and its venv created) on first use.
-    static func running() throws -> OAuthTestServer {
+    static func running() throws -> SharedOAuthServer {
         try shared.withLock { s in
             if let s, s.process.isRunning { return s }
-            let new = try OAuthTestServer()
+            let new = try SharedOAuthServer()
             s = new
             return new
         }
