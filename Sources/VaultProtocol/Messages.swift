@@ -18,6 +18,8 @@ public enum Operation: String, Sendable, CaseIterable {
     case passphraseChange = "passphrase_change"
     case passphraseRemove = "passphrase_remove"
     case status
+    /// Moves the vault to the other store (secret-service branch).
+    case migrate
 }
 
 /// Building and reading the JSON objects of requests and responses.

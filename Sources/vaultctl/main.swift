@@ -6,6 +6,7 @@ import VaultModel
 nonisolated(unsafe) let commands: [any Command.Type] = [  // written once, before any thread starts
     InitCommand.self, AddCommand.self, ListCommand.self, TokenCommand.self, HeaderCommand.self, RevokeCommand.self,
     Report401Command.self, LockCommand.self, UnlockCommand.self, PassphraseCommand.self, StatusCommand.self,
+    MigrateCommand.self,
 ]
 
 let exitCodes = """
