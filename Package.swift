@@ -49,7 +49,7 @@ let package = Package(
         .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"]),
         .testTarget(name: "VaultStoreTests", dependencies: ["VaultStore", "VaultCrypto", "VaultModel", "VaultSystem"]),
         .testTarget(name: "VaultDaemonTests", dependencies: ["VaultDaemon", "VaultProtocol", "VaultModel"]),
-        .testTarget(name: "SecretServiceTests", dependencies: ["VaultSecretService", "VaultDBus", "VaultStore", "VaultDaemon", "VaultCrypto", "VaultModel", "VaultSystem"]),
+        .testTarget(name: "SecretServiceTests", dependencies: ["VaultSecretService", "TokenVaultClient", "VaultDBus", "VaultStore", "VaultDaemon", "VaultCrypto", "VaultModel", "VaultSystem"]),
         .testTarget(name: "EndToEndTests", dependencies: ["TokenVaultClient", "VaultProtocol", "VaultModel", "VaultSystem"]),
     ],
     swiftLanguageModes: [.v6]

@@ -57,7 +57,7 @@ func runProgram(_ program: String, _ arguments: [String], environment: [String: 
 
 /// A long-lived helper process whose standard input we hold: when the test
 /// process ends (even killed), its stdin closes and the helper tears down.
-final class HeldProcess: @unchecked Sendable {  // fields set once in init, then only read
+final class HeldProcess: @unchecked Sendable {  // used by the one test (or fixture) that made it, one call at a time
     let process = Process()
     let stdin = Pipe()
     let stdout = Pipe()
@@ -72,11 +72,22 @@ final class HeldProcess: @unchecked Sendable {  // fields set once in init, then
         try process.run()
     }
 
-    /// Reads stdout until a line starting with `prefix`, within `seconds`.
+    private var seen: [UInt8] = []
+
+    private func lines(_ buffer: [UInt8]) -> [Substring] {
+        seen = buffer
+        return String(decoding: buffer, as: UTF8.self).split(separator: "\n")
+    }
+
+    /// Reads stdout until a line starting with `prefix`, within `seconds`
+    /// (lines read by an earlier call count too).
     func waitForLine(_ prefix: String, seconds: Double) throws -> String {
+        if let line = String(decoding: seen, as: UTF8.self).split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) {
+            return String(line.dropFirst(prefix.count))
+        }
         let handle = stdout.fileHandleForReading
         let fd = handle.fileDescriptor
-        var buffer: [UInt8] = []
+        var buffer: [UInt8] = seen
         let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
         while ContinuousClock.now < deadline {
             var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
@@ -85,16 +96,14 @@ final class HeldProcess: @unchecked Sendable {  // fields set once in init, then
             let n = read(fd, &chunk, chunk.count)
             if n <= 0 { break }
             buffer += chunk[0..<n]
-            for line in String(decoding: buffer, as: UTF8.self).split(separator: "\n") where line.hasPrefix(prefix) {
-                return String(line.dropFirst(prefix.count))
-            }
+            if let line = lines(buffer).first(where: { $0.hasPrefix(prefix) }) { return String(line.dropFirst(prefix.count)) }
         }
         throw SetupError("no \(prefix) line from \(process.executableURL?.path ?? "?") within \(seconds) s")
     }
 
     func stop() {
         try? stdin.fileHandleForWriting.close()
-        if process.isRunning { process.terminate() }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
     }
 }
