@@ -75,7 +75,7 @@ kill "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=""
 # secret-service branch: the Secret Service store's figures (docs/performance.md, "Secret Service store").
 echo "== Secret Service store (private gnome-keyring on its own session bus)"
 if command -v dbus-run-session >/dev/null && command -v gnome-keyring-daemon >/dev/null; then
-  mkdir -p "$work/ss"
+  mkdir -p "$work/ss" "$work/ss-home" && mkdir -m 700 -p "$work/ss-run"
   env -u DISPLAY -u WAYLAND_DISPLAY HOME="$work/ss-home" XDG_DATA_HOME="$work/ss-data" XDG_RUNTIME_DIR="$work/ss-run" \
     TVB_BIN="$bin" TVB_WORK="$work" SS_ITEMS="${BENCH_SS_ITEMS:-1000}" \
     dbus-run-session -- bash -c '

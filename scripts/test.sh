@@ -11,6 +11,10 @@ if [[ $(id -u) -eq 0 ]] && ! id tokenvault-test >/dev/null 2>&1; then
   useradd --system --no-create-home --shell /usr/sbin/nologin tokenvault-test
 fi
 
+# The Secret Service and session-lock tests start their own private services
+# (gnome-keyring-daemon in a dbus-run-session, a dbus-daemon with
+# python3-dbusmock's logind): nothing here touches the user's buses, and
+# they skip with a message when those programs are missing.
 # Build everything once; the tests use the binaries in .build/debug.
 swift build --build-tests
 # Tests in parallel would compete for 2 cores and the same temp space.
