@@ -25,6 +25,9 @@ let package = Package(
         .target(name: "VaultCrypto", dependencies: ["CSodium"]),
         // Storage protocol, SQLite store, key hierarchy, lock state.
         .target(name: "VaultStore", dependencies: ["CSQLite", "VaultCrypto", "VaultModel", "VaultSystem"]),
+        // secret-service branch: GDBus (GLib main loop, calls, signals) and the Secret Service store.
+        .target(name: "VaultDBus", dependencies: ["CSecret", "VaultModel", "VaultSystem"]),
+        .target(name: "VaultSecretService", dependencies: ["CSecret", "VaultDBus", "VaultStore", "VaultCrypto", "VaultModel"]),
         // Wire messages and framing, shared by daemon and client.
         .target(name: "VaultProtocol", dependencies: ["VaultModel", "VaultSystem"]),
         // The public client library.
@@ -32,7 +35,8 @@ let package = Package(
         // Token endpoint client, grants, discovery, revocation (FoundationNetworking).
         .target(name: "VaultOAuth", dependencies: ["VaultModel", "VaultCrypto"]),
         // The daemon's services.
-        .target(name: "VaultDaemon", dependencies: ["VaultStore", "VaultProtocol", "VaultModel", "VaultSystem", "VaultCrypto", "VaultOAuth"]),
+        .target(name: "VaultDaemon", dependencies: ["VaultStore", "VaultProtocol", "VaultModel", "VaultSystem", "VaultCrypto", "VaultOAuth",
+                                                  "VaultDBus", "VaultSecretService"]),
 
         .executableTarget(name: "tokenvaultd", dependencies: ["VaultDaemon", "VaultSystem"]),
         // Static Swift runtime: `vaultctl header` sits in front of every curl call,
@@ -40,13 +44,14 @@ let package = Package(
         .executableTarget(name: "vaultctl", dependencies: ["TokenVaultClient", "VaultProtocol", "VaultModel", "VaultSystem"],
                           linkerSettings: [.unsafeFlags(["-static-stdlib"])]),
         // Benchmarks (`make bench`) and test helpers; not shipped.
-        .executableTarget(name: "tokenvault-bench", dependencies: ["VaultStore", "VaultDaemon", "TokenVaultClient", "VaultSystem", "VaultCrypto"], path: "Benchmarks/tokenvault-bench"),
+        .executableTarget(name: "tokenvault-bench", dependencies: ["VaultStore", "VaultDaemon", "TokenVaultClient", "VaultSystem", "VaultCrypto", "VaultSecretService"], path: "Benchmarks/tokenvault-bench"),
         .executableTarget(name: "vault-crash-writer", dependencies: ["VaultStore", "VaultSystem"], path: "Tests/Support/vault-crash-writer"),
 
         .testTarget(name: "VaultModelTests", dependencies: ["VaultModel"]),
         .testTarget(name: "VaultCryptoTests", dependencies: ["VaultCrypto"]),
         .testTarget(name: "VaultStoreTests", dependencies: ["VaultStore", "VaultCrypto", "VaultModel", "VaultSystem"]),
         .testTarget(name: "VaultDaemonTests", dependencies: ["VaultDaemon", "VaultProtocol", "VaultModel", "VaultOAuth"]),
+        .testTarget(name: "SecretServiceTests", dependencies: ["VaultSecretService", "TokenVaultClient", "VaultDBus", "VaultStore", "VaultDaemon", "VaultCrypto", "VaultModel", "VaultSystem"]),
         .testTarget(name: "EndToEndTests", dependencies: ["TokenVaultClient", "VaultProtocol", "VaultModel", "VaultSystem"]),
     ],
     swiftLanguageModes: [.v6]

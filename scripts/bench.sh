@@ -95,7 +95,7 @@ echo "== serving (release build, one daemon, kept connections)"
 export XDG_RUNTIME_DIR="$work/run" XDG_DATA_HOME="$work/data" XDG_CONFIG_HOME="$work/cfg" XDG_STATE_HOME="$work/state"
 mkdir -m 700 "$XDG_RUNTIME_DIR"
 sock="$XDG_RUNTIME_DIR/tokenvault/socket"
-"$bin/tokenvaultd" --log-level warning 2>"$work/daemon.log" &
+"$bin/tokenvaultd" --store sqlite --log-level warning 2>"$work/daemon.log" &
 daemon_pid=$!
 for _ in $(seq 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
 printf '{"access_token":"gho_%s","token_type":"bearer","expires_in":28800}' "$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')" \
@@ -134,6 +134,32 @@ else
 fi
 
 kill "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=""
+
+# secret-service branch: the Secret Service store's figures (docs/performance.md, "Secret Service store").
+echo "== Secret Service store (private gnome-keyring on its own session bus)"
+if command -v dbus-run-session >/dev/null && command -v gnome-keyring-daemon >/dev/null; then
+  mkdir -p "$work/ss" "$work/ss-home" && mkdir -m 700 -p "$work/ss-run"
+  env -u DISPLAY -u WAYLAND_DISPLAY HOME="$work/ss-home" XDG_DATA_HOME="$work/ss-data" XDG_RUNTIME_DIR="$work/ss-run" \
+    TVB_BIN="$bin" TVB_WORK="$work" SS_ITEMS="${BENCH_SS_ITEMS:-1000}" \
+    dbus-run-session -- bash -c '
+      set -e
+      mkdir -p "$HOME"; mkdir -m 700 -p "$XDG_RUNTIME_DIR"
+      echo -n benchpass | gnome-keyring-daemon --daemonize --unlock --components=secrets >/dev/null
+      gdbus wait --session --timeout 5 org.freedesktop.secrets
+      "$TVB_BIN/tokenvault-bench" secret-service "$TVB_WORK/ss" "$SS_ITEMS"
+      # Bearer requests served by a daemon whose store is the Secret Service.
+      export TOKENVAULT_SOCKET="$TVB_WORK/ss.sock" TOKENVAULT_DATA_DIR="$TVB_WORK/ss-daemon" TOKENVAULT_CONFIG="$TVB_WORK/none.json" \
+             TOKENVAULT_AUDIT_LOG="$TVB_WORK/ss-audit.log" DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent
+      "$TVB_BIN/tokenvaultd" --log-level warning 2>"$TVB_WORK/ss-daemon.log" & pid=$!
+      for _ in $(seq 100); do [[ -S "$TOKENVAULT_SOCKET" ]] && break; sleep 0.05; done
+      "$TVB_BIN/vaultctl" status | grep "^backend:"
+      printf "{\"access_token\":\"gho_bench\",\"token_type\":\"bearer\",\"expires_in\":28800}" | "$TVB_BIN/vaultctl" add bench >/dev/null
+      "$TVB_BIN/tokenvault-bench" latency "$TOKENVAULT_SOCKET" 20000 | sed "s/^/secret_service_/"
+      kill $pid; wait $pid || true
+    '
+else
+  echo "skipped: dbus-run-session or gnome-keyring-daemon missing"
+fi
 
 echo "== daemon with $items items: start to READY=1, RSS"
 mkdir -p "$work/big"

@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(pkg-config libsqlite3-dev libsodium-dev libsecret-1-dev libglib2.0-dev)
 if [[ "${1:-}" == "--test" ]]; then
   packages+=(sqlite3 util-linux dbus dbus-bin gnome-keyring libsecret-tools
-             python3-dbusmock python3-gi python3-venv systemd procps hyperfine)
+             python3-dbusmock python3-dbus python3-gi python3-venv libglib2.0-bin systemd procps hyperfine)
 fi
 
 missing=()

@@ -15,6 +15,11 @@ fi
 bash scripts/oauth-server-venv.sh >/dev/null
 .venv-oauth/bin/python Tests/OAuthServer/test_server.py
 
+# The Secret Service and session-lock tests start their own private services
+# (gnome-keyring-daemon in a dbus-run-session, a dbus-daemon with
+# python3-dbusmock's logind): nothing here touches the user's buses, and
+# they skip with a message when those programs are missing.
+
 # Build everything once; the tests use the binaries in .build/debug.
 swift build --build-tests
 # Tests in parallel would compete for 2 cores and the same temp space.

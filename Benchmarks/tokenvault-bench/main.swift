@@ -7,6 +7,7 @@ import TokenVaultClient
 import VaultCrypto
 import VaultModel
 import VaultProtocol
+import VaultSecretService
 import VaultStore
 import VaultSystem
 
@@ -254,6 +255,59 @@ func startToReady(daemon: String, arguments: [String], socket: String) throws {
     report("daemon_exit_status", "\(p.terminationStatus)")
 }
 
+/// Secret Service store figures (run inside a private keyring session, see
+/// scripts/bench.sh): cold read of one item from each store, and the
+/// migration of `count` items each way.
+func benchSecretService(folder: String, count: Int) throws {
+    let machine = "bench-machine"
+    func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
+    // Cold read: open the store and the vault, open one item (a daemon start serving its first request).
+    let sqlFolder = folder + "/cold-sqlite"
+    let ssFolder = folder + "/cold-ss"
+    let ssID = StoreMarker.newVaultID()
+    do {
+        let v = try Vault(store: try SQLiteStore(path: sqlFolder + "/vault.db"), keyFiles: KeyFiles(folder: sqlFolder), machineID: machine)
+        try v.put(ItemKey(provider: "bench"), mode: .afterFirstUnlock, secrets: tokenJSON(1), expiresAt: 2e9)
+        let ss = try SecretServiceStore(vaultID: ssID)
+        let w = try Vault(store: ss, keyFiles: KeyFiles(folder: ssFolder).keepingVaultKey(in: SecretServiceVaultKey(store: ss)), machineID: machine)
+        try w.put(ItemKey(provider: "bench"), mode: .afterFirstUnlock, secrets: tokenJSON(1), expiresAt: 2e9)
+    }
+    var sqlTimes: [Double] = [], ssTimes: [Double] = []
+    for _ in 0..<30 {
+        var t = now()
+        let v = try Vault(store: try SQLiteStore(path: sqlFolder + "/vault.db"), keyFiles: KeyFiles(folder: sqlFolder), machineID: machine)
+        _ = try v.withSecrets(ItemKey(provider: "bench")) { _, p in p.count }
+        sqlTimes.append(now() - t)
+        t = now()
+        let ss = try SecretServiceStore(vaultID: ssID)
+        let w = try Vault(store: ss, keyFiles: KeyFiles(folder: ssFolder).keepingVaultKey(in: SecretServiceVaultKey(store: ss)), machineID: machine)
+        _ = try w.withSecrets(ItemKey(provider: "bench")) { _, p in p.count }
+        ssTimes.append(now() - t)
+    }
+    report("cold_read_one_item_sqlite_ms_median", String(format: "%.2f", median(sqlTimes) * 1000))
+    report("cold_read_one_item_secret_service_ms_median", String(format: "%.2f", median(ssTimes) * 1000))
+    try SecretServiceStore(vaultID: ssID).destroy()
+
+    // Migration of `count` items, one of every mode in turn (no passphrase, so the vault key moves too).
+    let migFolder = folder + "/migrate"
+    let sqlite = try SQLiteStore(path: migFolder + "/vault.db")
+    let vault = try Vault(store: sqlite, keyFiles: KeyFiles(folder: migFolder), machineID: machine)
+    let modes = AccessMode.allCases.filter { $0 != .whenPasscodeSetThisDeviceOnly }
+    try vault.putBatch((0..<count).map { i in
+        Vault.NewItem(key: ItemKey(provider: "p\(i % 20)", account: "a\(i)"), mode: modes[i % modes.count], secrets: tokenJSON(i), expiresAt: 2e9)
+    })
+    let ss = try SecretServiceStore(vaultID: StoreMarker.newVaultID(), timeout: .seconds(30))
+    var t = now()
+    _ = try vault.migrate(to: ss, vaultKey: SecretServiceVaultKey(store: ss)) { () throws(VaultError) in }
+    try sqlite.destroy()
+    report("migrate_\(count)_items_sqlite_to_secret_service_s", String(format: "%.1f", now() - t))
+    let back = try SQLiteStore(path: migFolder + "/vault2.db")
+    t = now()
+    _ = try vault.migrate(to: back, vaultKey: VaultKeyFile(path: migFolder + "/vault.key")) { () throws(VaultError) in }
+    try ss.destroy()
+    report("migrate_\(count)_items_secret_service_to_sqlite_s", String(format: "%.1f (including deleting the source items)", now() - t))
+}
+
 func socket_dgram() -> Int32 { socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0) }
 
 let args = Array(CommandLine.arguments.dropFirst())
@@ -274,8 +328,9 @@ do {
     case "idle": try idle(pid: Int32(args[1])!, seconds: Double(args[2]) ?? 60)
     case "refresh-rate": try refreshRate(socket: args[1], base: args[2], count: Int(args[3]) ?? 200, pid: Int32(args[4])!, clockFile: args[5])
     case "single-flight": try singleFlight(socket: args[1], base: args[2], connections: Int(args[3]) ?? 1000, slow: Double(args[4]) ?? 0)
+    case "secret-service": try benchSecretService(folder: args[1], count: Int(args[2]) ?? 1000)
     default:
-        fail("usage: tokenvault-bench store DIR N | populate DIR N | latency SOCK N | wire-sizes SOCK | echo-server PATH RESP | echo-latency PATH REQ N | throughput SOCK CLIENTS SECONDS | ready DAEMON SOCK ARGS… | populate-staggered DIR N PROVIDER MIN_S MAX_S | idle PID SECONDS | refresh-rate SOCK BASE N DAEMON_PID CLOCK_FILE | single-flight SOCK BASE CONNECTIONS SLOW_S")
+        fail("usage: tokenvault-bench store DIR N | populate DIR N | latency SOCK N | wire-sizes SOCK | echo-server PATH RESP | echo-latency PATH REQ N | throughput SOCK CLIENTS SECONDS | ready DAEMON SOCK ARGS… | populate-staggered DIR N PROVIDER MIN_S MAX_S | idle PID SECONDS | refresh-rate SOCK BASE N DAEMON_PID CLOCK_FILE | single-flight SOCK BASE CONNECTIONS SLOW_S | secret-service DIR N")
     }
 } catch {
     fail("\(error)")

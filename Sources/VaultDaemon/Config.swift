@@ -34,6 +34,8 @@ public struct Config: Sendable {
 
     public var store: StoreChoice = .auto
     public var providers: [String: Provider] = [:]
+    /// How long the user's session stays locked (logind `LockedHint`) before the vault locks.
+    public var sessionLockGraceSeconds: Double = 10
 
     public init() {}
 
@@ -110,12 +112,17 @@ public struct Config: Sendable {
         }
 
         mutating func config(_ json: JSON) throws(VaultError) -> Config {
-            let o = try object(json, "", allowed: ["store", "providers"])
+            let o = try object(json, "", allowed: ["store", "providers", "session_lock_grace_seconds"])
             var c = Config()
             if let s = o["store"] {
                 let text = try string(s, "store")
                 guard let choice = StoreChoice(rawValue: text) else { throw fail("store", "must be one of auto, sqlite, secret-service") }
                 c.store = choice
+            }
+            if let g = o["session_lock_grace_seconds"] {
+                let n = try number(g, "session_lock_grace_seconds", min: 0)
+                guard n <= 86400 else { throw fail("session_lock_grace_seconds", "must be at most 86400 (one day)") }
+                c.sessionLockGraceSeconds = n
             }
             if let p = o["providers"] {
                 guard let providers = p.objectValue else { throw fail("providers", "must be an object, got \(p.typeName)") }

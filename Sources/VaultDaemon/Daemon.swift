@@ -52,9 +52,13 @@ public enum Daemon {
         blockSignals(signals)
 
         let config = try Config.load(path: options.configPath)
-        let (store, reason) = try openStore(options, config: config)
+        let opened = try openStore(options, config: config)
         let machineID = try MachineIdentity.read()
-        let vault = try Vault(store: store, keyFiles: KeyFiles(folder: options.dataFolder), machineID: machineID)
+        let vault = try Vault(store: opened.store, keyFiles: opened.keyFiles, machineID: machineID)
+        // secret-service branch: lock watchers (session lock, Secret Service collection) and migration.
+        let watchers = LockWatchers(vault: vault, grace: .milliseconds(Int(config.sessionLockGraceSeconds * 1000)), logger: logger)
+        try watchers.start(enableSessionWatcher: true)
+        let migrator = StoreMigrator(placement: placement(options)) { store in watchers.follow(store) }
         let audit = try AuditLog(path: options.auditLogPath)
         let listener = try listen(options, logger: logger)
         let socketShown = listener.boundPath ?? "\(options.socketPath) (from systemd)"
@@ -66,8 +70,9 @@ public enum Daemon {
         } catch {
             throw VaultError(.failure, "cannot start the refresh engine: \(error)")
         }
-        let service = VaultService(vault: vault, providers: providers, engine: engine, configPath: options.configPath, storeReason: reason,
-                                   socketPath: socketShown, logger: logger, audit: audit)
+        let service = VaultService(vault: vault, providers: providers, engine: engine, configPath: options.configPath, storeReason: opened.reason,
+                                   socketPath: socketShown, logger: logger, audit: audit,
+                                   migrator: migrator, sessionLockWatcherStatus: { watchers.session.status })
         let server: SocketServer
         do { server = try SocketServer(listener: listener, service: service, logger: logger, limits: options.limits) } catch {
             throw VaultError(.failure, "\(error)")
@@ -117,7 +122,7 @@ public enum Daemon {
     }
 
     /// Chooses and opens the store (PRODUCT.md section 2), with the reason for `status`.
-    static func openStore(_ options: DaemonOptions, config: Config) throws(VaultError) -> (any ItemStore, String) {
+    static func openStore(_ options: DaemonOptions, config: Config) throws(VaultError) -> OpenedStore {
         let choice: String
         let source: String
         if let c = options.storeChoice, let s = options.storeChoiceSource {
@@ -127,17 +132,14 @@ public enum Daemon {
             choice = config.store.rawValue
             source = config.store == .auto ? "default" : "config"
         }
-        let dbPath = options.dataFolder + "/vault.db"
-        switch choice {
-        case "sqlite":
-            return (try SQLiteStore(path: dbPath), "sqlite chosen by \(source)")
-        case "auto":
-            return (try SQLiteStore(path: dbPath), "auto: the secret-service store is not available in this version, so the SQLite store is used")
-        case "secret-service":
-            throw VaultError(.usage, "the secret-service store is not available in this version; use --store sqlite")
-        default:
-            throw VaultError(.usage, "store \"\(ItemName.printable(choice))\" (from \(source)) must be auto, sqlite or secret-service")
-        }
+        return try placement(options).open(choice: choice, source: source)
+    }
+
+    /// Store placement for the data folder; `TOKENVAULT_SECRET_SERVICE_PROBE_MS` tunes the `auto` probe (tests).
+    static func placement(_ options: DaemonOptions) -> StorePlacement {
+        var p = StorePlacement(dataFolder: options.dataFolder)
+        if let v = Environment.get("TOKENVAULT_SECRET_SERVICE_PROBE_MS"), let ms = Int(v), ms > 0 { p.probeTimeout = .milliseconds(ms) }
+        return p
     }
 
     /// The inherited socket (systemd `LISTEN_FDS`), or a new one at the socket path.

@@ -102,6 +102,7 @@ public final class RefreshEngine: Sendable {
             try spawnThread(stackSize: 1 << 20) { [self] in work() }
         }
         try spawnThread { [self] in run() }
+        vault.observeLockState { [weak self] _ in self?.rescheduleAll() }
         rescheduleAll()
     }
 

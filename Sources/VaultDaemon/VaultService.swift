@@ -35,21 +35,28 @@ public final class VaultService: Sendable {
     let providers: ProviderDirectory
     let engine: RefreshEngine
     let logins: LoginManager
-    /// Why this store was chosen, for `status`.
-    let storeReason: String
+    /// Why this store was chosen, for `status` (a migration changes it).
+    let storeReason: Mutex<String>
     let socketPath: String
     let configPath: String
     /// How long a request waits for a refresh it needs.
     let refreshWait: Double = 30
+    /// Moves the vault between stores (`migrate`); nil where the daemon offers none.
+    let migrator: StoreMigrator?
+    /// What `status` says about the session-lock watcher.
+    let sessionLockWatcherStatus: @Sendable () -> String
 
     public init(vault: Vault, providers: ProviderDirectory, engine: RefreshEngine, configPath: String, storeReason: String,
-                socketPath: String, logger: Logger, audit: AuditLog) {
+                socketPath: String, logger: Logger, audit: AuditLog, migrator: StoreMigrator? = nil,
+                sessionLockWatcherStatus: @escaping @Sendable () -> String = { "off: no session-lock watcher" }) {
         self.vault = vault
         self.providers = providers
         self.engine = engine
         self.logins = LoginManager(vault: vault, providers: providers, engine: engine, logger: logger, audit: audit)
         self.configPath = configPath
-        self.storeReason = storeReason
+        self.storeReason = Mutex(storeReason)
+        self.migrator = migrator
+        self.sessionLockWatcherStatus = sessionLockWatcherStatus
         self.socketPath = socketPath
         self.logger = logger
         self.audit = audit
@@ -137,12 +144,10 @@ public final class VaultService: Sendable {
             return .object(JSONObject([("cancelled", true)]))
         case .lock:
             vault.lock()
-            engine.rescheduleAll()
             logger.info("vault locked by pid \(peer.pid)")
             return status()
         case .unlock:
             try vault.unlock(passphrase: try passphrase(r, "passphrase"))
-            engine.rescheduleAll()
             logger.info("vault unlocked by pid \(peer.pid)")
             return status()
         case .initialize:
@@ -165,6 +170,7 @@ public final class VaultService: Sendable {
             engine.rescheduleAll()
             logger.info("passphrase removed by pid \(peer.pid)")
             return status()
+        case .migrate: return try migrate(r, peer: peer)
         }
     }
 
@@ -360,7 +366,7 @@ public final class VaultService: Sendable {
     /// unless the remote revocation failed and `keep_on_failure` is set.
     private func revoke(_ r: JSONObject, peer: Peer) throws(VaultError) -> JSON {
         let key = try itemKey(r)
-        guard vault.item(key) != nil else { throw VaultError(.notFound, "no item \(key)") }
+        _ = try vault.lookup(key)
         let localOnly = r["local_only"]?.boolValue ?? false
         let keepOnFailure = r["keep_on_failure"]?.boolValue ?? false
         var remote = "none (provider has no revocation endpoint)"
@@ -419,7 +425,7 @@ public final class VaultService: Sendable {
     /// possible or the provider refuses, the item needs a new login.
     private func report401(_ r: JSONObject, peer: Peer) throws(VaultError) -> JSON {
         let key = try itemKey(r)
-        guard vault.item(key) != nil else { throw VaultError(.notFound, "no item \(key)") }
+        _ = try vault.lookup(key)
         try checkAllowed(key, peer: peer)
         audit.record("report-401", provider: key.provider, account: key.account, pid: peer.pid, exe: peer.executable)
         if providers.refreshNote(key.provider) == nil {
@@ -439,15 +445,38 @@ public final class VaultService: Sendable {
         return .object(JSONObject([("state", .string(ItemState.needsReauth.rawValue))]))
     }
 
+    /// `migrate` (docs/stores.md): moves the vault to the store named by `to`.
+    private func migrate(_ r: JSONObject, peer: Peer) throws(VaultError) -> JSON {
+        guard let migrator else { throw VaultError(.usage, "this daemon cannot migrate its store") }
+        guard let to = try string(r, "to") else { throw VaultError(.usage, "request needs \"to\": sqlite or secret-service") }
+        guard let target = StoreMarker.Backend(rawValue: to) else { throw VaultError(.usage, "\"to\" must be sqlite or secret-service") }
+        logger.info("migration to the \(to) store started by pid \(peer.pid)")
+        let outcome: StoreMigrator.Outcome
+        do { outcome = try migrator.migrate(vault, to: target) } catch {
+            logger.warning("migration to the \(to) store failed: \(error.message)")
+            throw error
+        }
+        storeReason.withLock { $0 = "migrated from the \(outcome.from) store by vaultctl migrate at \(WallClock.rfc3339(WallClock.now()))" }
+        logger.info("migrated \(outcome.report.items) item(s) from the \(outcome.from) store to the \(outcome.to) store in \(outcome.seconds) s")
+        if let note = outcome.sourceNote { logger.warning(note) }
+        var o = JSONObject([("from", .string(outcome.from)), ("to", .string(outcome.to)), ("items", .number(Double(outcome.report.items))),
+                            ("records", .number(Double(outcome.report.records))), ("vault_key_moved", .bool(outcome.report.vaultKeyMoved)),
+                            ("seconds", .number((outcome.seconds * 1000).rounded() / 1000)), ("source_removed", .bool(outcome.sourceNote == nil))])
+        if let note = outcome.sourceNote { o["note"] = .string(note) }
+        o["status"] = status()
+        return .object(o)
+    }
+
     private func status() -> JSON {
         let s = vault.status
         return .object(JSONObject([
             ("lock_state", .string(s.lockState.rawValue)), ("initialized", .bool(s.initialized)),
             ("has_passphrase", .bool(s.hasPassphrase)), ("backend", .string(s.backend)),
-            ("backend_reason", .string(storeReason)), ("store", .string(s.location)),
+            ("backend_reason", .string(storeReason.withLock { $0 })), ("store", .string(s.location)),
+            ("waiting_for_store", .bool(s.waitingForStore)), ("migrating", .bool(s.migrating)),
             ("items", .number(Double(s.itemCount))), ("socket", .string(socketPath)),
             ("config", .string(configPath)), ("audit_log", .string(audit.path)),
-            ("session_lock_watcher", "off: not available in this version"),
+            ("session_lock_watcher", .string(sessionLockWatcherStatus())),
             ("protocol", .number(Double(protocolVersion))),
         ]))
     }

@@ -24,6 +24,8 @@ public enum Operation: String, Sendable, CaseIterable {
     case loginStart = "login_start"
     case loginWait = "login_wait"
     case loginCancel = "login_cancel"
+    /// Moves the vault to the other store.
+    case migrate
 }
 
 /// Building and reading the JSON objects of requests and responses.

@@ -86,4 +86,8 @@ public protocol ItemStore: AnyObject, Sendable {
     func records() throws(VaultError) -> [String: [UInt8]]
     /// Applies `change` atomically and durably.
     func apply(_ change: StoreChange) throws(VaultError)
+    /// Removes every item and record of this store (the source after a
+    /// migration, or a half-made copy after a failed one). The store is not
+    /// used afterwards.
+    func destroy() throws(VaultError)
 }

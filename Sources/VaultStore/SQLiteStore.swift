@@ -139,6 +139,13 @@ public final class SQLiteStore: ItemStore {
         }
     }
 
+    /// Deletes the database file and its `-wal` and `-shm` (the connection
+    /// then writes to an unlinked file, so the store must not be used again).
+    public func destroy() throws(VaultError) {
+        for path in [location, location + "-wal", location + "-shm"] { try FileSystemShim.remove(path) }
+        FileSystem.syncFolder(of: location)
+    }
+
     /// `PRAGMA integrity_check`: "ok" or the problems found.
     public func integrityCheck() throws(VaultError) -> String {
         try connection.withLock { db throws(VaultError) in try db.scalarText("PRAGMA integrity_check") ?? "" }

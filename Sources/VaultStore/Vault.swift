@@ -25,6 +25,16 @@ public final class Vault: Sendable {
     }
 
     struct State {
+        /// Where the items live now (a migration replaces it).
+        var store: any ItemStore
+        /// Where the vault key of a vault without a passphrase lives now.
+        var vaultKey: any VaultKeyLocation
+        /// False while the store could not be read at start because it is
+        /// locked (a locked Secret Service collection): the vault then waits
+        /// for the store, and every item operation answers `locked`.
+        var loaded: Bool
+        /// A migration is copying the items: writes wait for it to end.
+        var migrating: Bool = false
         var initialized: Bool
         var hasPassphrase: Bool
         var lock: LockState
@@ -33,25 +43,57 @@ public final class Vault: Sendable {
         var items: [ItemKey: StoredItem]
         /// Class keys whose device binding failed (another machine).
         var foreignClasses: Set<AccessMode>
+
+        /// Item operations need the items loaded.
+        func requireLoaded() throws(VaultError) {
+            guard loaded else {
+                throw VaultError(.locked, "the store (\(store.backendName) \(store.location)) is locked; unlock it (log in, or unlock the login keyring) and the vault opens")
+            }
+        }
+
+        /// Writes need the items loaded and no migration running.
+        func requireWritable() throws(VaultError) {
+            try requireLoaded()
+            guard !migrating else { throw VaultError(.temporary, "a store migration is running; try again when it ends") }
+        }
     }
 
-    /// The store the items live in.
-    public let store: any ItemStore
+    /// The store the items live in now.
+    public var store: any ItemStore { state.withLock { $0.store } }
     let keyFiles: KeyFiles
     let machineID: String
     let kdfParameters: PasswordHash.Parameters
     let deviceKey: Mutex<SecretKey?>
     let state: Mutex<State>
     let kdfGate = Mutex(())
+    private let lockObservers = Mutex<[@Sendable (LockState) -> Void]>([])
+    /// One migration at a time.
+    let migrationGate = Mutex(())
 
     /// Opens the vault in `store`. A vault that does not exist yet is created
     /// on the first write, without a passphrase, unless `initialize` runs first.
     /// A vault without a passphrase is unlocked at once (its first unlock is the start).
+    /// A store that answers `locked` (a locked Secret Service collection) gives
+    /// a vault that waits: `unlock` or `reloadIfWaiting` opens it later.
     public init(store: any ItemStore, keyFiles: KeyFiles, machineID: String, kdfParameters: PasswordHash.Parameters = .interactive) throws(VaultError) {
-        self.store = store
         self.keyFiles = keyFiles
         self.machineID = machineID
         self.kdfParameters = kdfParameters
+        var device: SecretKey?
+        let loaded: State
+        do {
+            (loaded, device) = try Self.load(store: store, vaultKey: keyFiles.vaultKey, deviceKeyPath: keyFiles.deviceKeyPath, machineID: machineID)
+        } catch {
+            guard error.code == .locked else { throw error }
+            loaded = State(store: store, vaultKey: keyFiles.vaultKey, loaded: false, initialized: true, hasPassphrase: false,
+                           lock: .lockedSinceStart, kdf: nil, classKeys: [:], items: [:], foreignClasses: [])
+        }
+        deviceKey = Mutex(device)
+        state = Mutex(loaded)
+    }
+
+    /// Reads the records and items of `store` and opens what the keys at hand open.
+    static func load(store: any ItemStore, vaultKey: any VaultKeyLocation, deviceKeyPath: String, machineID: String) throws(VaultError) -> (State, SecretKey?) {
         let records = try store.records()
         let items = try store.allItems()
         var index: [ItemKey: StoredItem] = [:]
@@ -64,16 +106,16 @@ public final class Vault: Sendable {
         var lock = LockState.unlocked
         var hasPassphrase = false
         if initialized {
-            guard let dk = try KeyFiles.load(keyFiles.deviceKeyPath, what: "device key") else {
-                throw VaultError(.failure, "device key \(keyFiles.deviceKeyPath) is missing: the vault in \(store.location) cannot be opened")
+            guard let dk = try KeyFiles.load(deviceKeyPath, what: "device key") else {
+                throw VaultError(.failure, "device key \(deviceKeyPath) is missing: the vault in \(store.location) cannot be opened")
             }
             device = dk
             if let kdfBytes = records[Record.kdf] {
                 kdf = try KDFRecord(decoding: kdfBytes)
                 hasPassphrase = true
                 lock = .lockedSinceStart
-                // A vault key file left by an interrupted `passphrase set` wraps nothing now.
-                try? FileSystemShim.remove(keyFiles.vaultKeyPath)
+                // A vault key left by an interrupted `passphrase set` wraps nothing now.
+                try? vaultKey.remove()
             }
             for mode in AccessMode.allCases where mode.isWrappedByDeviceKey {
                 if let key = try Self.unwrapClassKey(records, mode: mode, outer: dk, device: dk, machineID: machineID) {
@@ -83,8 +125,8 @@ public final class Vault: Sendable {
                 }
             }
             if !hasPassphrase {
-                guard let vk = try KeyFiles.load(keyFiles.vaultKeyPath, what: "vault key") else {
-                    throw VaultError(.failure, "vault key \(keyFiles.vaultKeyPath) is missing and the vault has no passphrase: the vault in \(store.location) cannot be opened")
+                guard let vk = try vaultKey.load() else {
+                    throw VaultError(.failure, "\(vaultKey.description) is missing and the vault has no passphrase: the vault in \(store.location) cannot be opened")
                 }
                 for mode in AccessMode.allCases where !mode.isWrappedByDeviceKey {
                     guard records[Record.classKey(mode)] != nil else { continue }
@@ -96,9 +138,21 @@ public final class Vault: Sendable {
                 }
             }
         }
-        deviceKey = Mutex(device)
-        state = Mutex(State(initialized: initialized, hasPassphrase: hasPassphrase, lock: lock, kdf: kdf,
-                            classKeys: classKeys, items: index, foreignClasses: foreign))
+        return (State(store: store, vaultKey: vaultKey, loaded: true, initialized: initialized, hasPassphrase: hasPassphrase, lock: lock,
+                      kdf: kdf, classKeys: classKeys, items: index, foreignClasses: foreign), device)
+    }
+
+    /// Loads the store if the vault is waiting for it (its store was locked
+    /// at start). Returns true when the vault is loaded afterwards.
+    @discardableResult
+    public func reloadIfWaiting() throws(VaultError) -> Bool {
+        try state.withLock { s throws(VaultError) -> Bool in
+            guard !s.loaded else { return true }
+            let (fresh, device) = try Self.load(store: s.store, vaultKey: s.vaultKey, deviceKeyPath: keyFiles.deviceKeyPath, machineID: machineID)
+            if let device { deviceKey.withLock { $0 = device } }
+            s = fresh
+            return true
+        }
     }
 
     // MARK: - Key hierarchy
@@ -171,7 +225,7 @@ public final class Vault: Sendable {
     private func create(_ s: inout State, passphraseKey: (SecretKey, KDFRecord)?) throws(VaultError) {
         let dk = try loadOrCreateDeviceKey()
         let vk: SecretKey
-        if let (key, _) = passphraseKey { vk = key } else { vk = try KeyFiles.create(keyFiles.vaultKeyPath, what: "vault key") }
+        if let (key, _) = passphraseKey { vk = key } else { vk = try s.vaultKey.create() }
         var records: [String: [UInt8]] = [Record.format: [1]]
         var keys: [AccessMode: SecretKey] = [:]
         for mode in AccessMode.allCases {
@@ -181,7 +235,7 @@ public final class Vault: Sendable {
             records[Record.classKey(mode)] = Self.wrapClassKey(ck, mode: mode, outer: mode.isWrappedByDeviceKey ? dk : vk, device: dk, machineID: machineID)
         }
         if let (_, kdf) = passphraseKey { records[Record.kdf] = kdf.encoded() }
-        try store.apply(StoreChange(putRecords: records))
+        try s.store.apply(StoreChange(putRecords: records))
         s.initialized = true
         s.hasPassphrase = passphraseKey != nil
         s.kdf = passphraseKey?.1
@@ -215,13 +269,17 @@ public final class Vault: Sendable {
         public let itemCount: Int
         public let backend: String
         public let location: String
+        /// The store could not be read at start (locked) and the vault waits for it.
+        public let waitingForStore: Bool
+        /// A migration is copying the items.
+        public let migrating: Bool
     }
 
     /// The current state.
     public var status: Status {
         state.withLock { s in
             Status(initialized: s.initialized, hasPassphrase: s.hasPassphrase, lockState: s.lock, itemCount: s.items.count,
-                   backend: store.backendName, location: store.location)
+                   backend: s.store.backendName, location: s.store.location, waitingForStore: !s.loaded, migrating: s.migrating)
         }
     }
 
@@ -235,7 +293,8 @@ public final class Vault: Sendable {
         let kdf = newKDF()
         let derived = try passphrase.map { p throws(VaultError) in (try deriveKey(p, kdf), kdf) }
         try state.withLock { s throws(VaultError) in
-            guard !s.initialized else { throw VaultError(.failure, "a vault already exists in \(store.location)") }
+            try s.requireWritable()
+            guard !s.initialized else { throw VaultError(.failure, "a vault already exists in \(s.store.location)") }
             try create(&s, passphraseKey: derived)
         }
     }
@@ -243,7 +302,8 @@ public final class Vault: Sendable {
     /// Unlocks: with the passphrase for a vault that has one, without for one
     /// that does not. A wrong passphrase is a `denied` error and changes nothing.
     public func unlock(passphrase: SecureBytes?) throws(VaultError) {
-        let (initialized, hasPassphrase, kdf) = state.withLock { ($0.initialized, $0.hasPassphrase, $0.kdf) }
+        try reloadIfWaiting()
+        let (initialized, hasPassphrase, kdf, store, vaultKey) = state.withLock { ($0.initialized, $0.hasPassphrase, $0.kdf, $0.store, $0.vaultKey) }
         guard initialized else {
             if passphrase != nil { throw VaultError(.usage, "the vault has no passphrase yet; set one with `vaultctl passphrase set`") }
             return
@@ -254,8 +314,8 @@ public final class Vault: Sendable {
             vk = try deriveKey(passphrase, kdf)
         } else {
             if passphrase != nil { throw VaultError(.usage, "this vault has no passphrase; unlock it without one") }
-            guard let key = try KeyFiles.load(keyFiles.vaultKeyPath, what: "vault key") else {
-                throw VaultError(.failure, "vault key \(keyFiles.vaultKeyPath) is missing")
+            guard let key = try vaultKey.load() else {
+                throw VaultError(.failure, "\(vaultKey.description) is missing")
             }
             vk = key
         }
@@ -272,7 +332,7 @@ public final class Vault: Sendable {
                     foreign.insert(mode)
                 }
             } catch {
-                throw VaultError(.denied, hasPassphrase ? "wrong passphrase" : "the vault key does not open the vault: \(keyFiles.vaultKeyPath) belongs to another vault")
+                throw VaultError(.denied, hasPassphrase ? "wrong passphrase" : "the vault key does not open the vault: \(vaultKey.description) belongs to another vault")
             }
         }
         state.withLock { s in
@@ -280,17 +340,32 @@ public final class Vault: Sendable {
             s.foreignClasses.formUnion(foreign)
             s.lock = .unlocked
         }
+        notifyLockStateChanged()
+    }
+
+    /// Registers `observer`, called (outside the vault's lock) after every
+    /// `lock()` and `unlock()`, whoever called them: the refresh engine
+    /// re-plans when `when-unlocked*` items become readable or unreadable.
+    public func observeLockState(_ observer: @escaping @Sendable (LockState) -> Void) {
+        lockObservers.withLock { $0.append(observer) }
+    }
+
+    private func notifyLockStateChanged() {
+        let state = lockState
+        for observer in lockObservers.withLock({ $0 }) { observer(state) }
     }
 
     /// Locks: wipes the `when-unlocked*` class keys (their guarded memory is
     /// zeroed and freed as the last reference goes); `after-first-unlock*`
     /// keys stay until the daemon stops. Before the first unlock it changes nothing.
     public func lock() {
-        state.withLock { s in
-            guard s.lock == .unlocked, s.initialized else { return }
+        let changed = state.withLock { s -> Bool in
+            guard s.lock == .unlocked, s.initialized else { return false }
             for mode in AccessMode.allCases where mode.availability == .whenUnlocked { s.classKeys[mode] = nil }
             s.lock = .locked
+            return true
         }
+        if changed { notifyLockStateChanged() }
     }
 
     // MARK: - Passphrase
@@ -300,23 +375,25 @@ public final class Vault: Sendable {
     public func setPassphrase(_ passphrase: SecureBytes) throws(VaultError) {
         let kdf = newKDF()
         let newKey = try deriveKey(passphrase, kdf)
-        try state.withLock { s throws(VaultError) in
+        let leftover = try state.withLock { s throws(VaultError) -> (any VaultKeyLocation)? in
+            try s.requireWritable()
             guard s.initialized else {
                 try create(&s, passphraseKey: (newKey, kdf))
-                return
+                return nil
             }
             guard !s.hasPassphrase else { throw VaultError(.usage, "the vault already has a passphrase; use `vaultctl passphrase change`") }
-            guard let oldKey = try KeyFiles.load(keyFiles.vaultKeyPath, what: "vault key") else {
-                throw VaultError(.failure, "vault key \(keyFiles.vaultKeyPath) is missing")
+            guard let oldKey = try s.vaultKey.load() else {
+                throw VaultError(.failure, "\(s.vaultKey.description) is missing")
             }
-            var records = try Self.rewrapOuter(try store.records(), from: oldKey, to: newKey)
+            var records = try Self.rewrapOuter(try s.store.records(), from: oldKey, to: newKey)
             records[Record.kdf] = kdf.encoded()
-            try store.apply(StoreChange(putRecords: records))
+            try s.store.apply(StoreChange(putRecords: records))
             s.hasPassphrase = true
             s.kdf = kdf
+            return s.vaultKey
         }
-        // The store no longer needs it; a crash before this line leaves a file that wraps nothing.
-        do { try FileSystemShim.remove(keyFiles.vaultKeyPath) } catch { /* removed at the next start */ }
+        // The store no longer needs it; a crash before this line leaves a key that wraps nothing.
+        do { try leftover?.remove() } catch { /* removed at the next start */ }
     }
 
     /// Replaces the passphrase; the old one must be right.
@@ -326,10 +403,11 @@ public final class Vault: Sendable {
         let kdf = newKDF()
         let newKey = try deriveKey(new, kdf)
         try state.withLock { s throws(VaultError) in
+            try s.requireWritable()
             guard s.kdf == oldKDF else { throw VaultError(.temporary, "the passphrase changed meanwhile; try again") }
-            var records = try Self.rewrapOuter(try store.records(), from: oldKey, to: newKey)
+            var records = try Self.rewrapOuter(try s.store.records(), from: oldKey, to: newKey)
             records[Record.kdf] = kdf.encoded()
-            try store.apply(StoreChange(putRecords: records))
+            try s.store.apply(StoreChange(putRecords: records))
             s.kdf = kdf
         }
     }
@@ -340,13 +418,15 @@ public final class Vault: Sendable {
         guard let oldKDF = state.withLock({ $0.kdf }) else { throw VaultError(.usage, "the vault has no passphrase") }
         let oldKey = try deriveKey(current, oldKDF)
         // Verify before writing anything.
+        let (store, vaultKey) = state.withLock { ($0.store, $0.vaultKey) }
         _ = try Self.rewrapOuter(try store.records(), from: oldKey, to: oldKey)
-        let newKey = try KeyFiles.create(keyFiles.vaultKeyPath, what: "vault key")
+        let newKey = try vaultKey.create()
         try state.withLock { s throws(VaultError) in
+            try s.requireWritable()
             guard s.kdf == oldKDF else { throw VaultError(.temporary, "the passphrase changed meanwhile; try again") }
-            let records = try Self.rewrapOuter(try store.records(), from: oldKey, to: newKey)
+            let records = try Self.rewrapOuter(try s.store.records(), from: oldKey, to: newKey)
             let doomed = s.items.values.filter { $0.mode == .whenPasscodeSetThisDeviceOnly }.map(\.key)
-            try store.apply(StoreChange(deleteItems: doomed, putRecords: records, deleteRecords: [Record.kdf]))
+            try s.store.apply(StoreChange(deleteItems: doomed, putRecords: records, deleteRecords: [Record.kdf]))
             for key in doomed { s.items[key] = nil }
             s.hasPassphrase = false
             s.kdf = nil
@@ -362,6 +442,7 @@ public final class Vault: Sendable {
         try ItemName.validate(key.provider, what: "provider")
         try ItemName.validate(key.account, what: "account")
         return try state.withLock { s throws(VaultError) -> StoredItem in
+            try s.requireWritable()
             if !s.initialized { try create(&s, passphraseKey: nil) }
             if mode == .whenPasscodeSetThisDeviceOnly && !s.hasPassphrase {
                 throw VaultError(.locked, "mode \(mode.rawValue) can only be stored while the vault has a passphrase (vaultctl passphrase set)")
@@ -371,7 +452,7 @@ public final class Vault: Sendable {
             let item = StoredItem(key: key, mode: mode, expiresAt: expiresAt, status: status,
                                   createdAt: s.items[key]?.createdAt ?? now, updatedAt: now,
                                   sealed: AEAD.seal(secrets, key: classKey, associatedData: AssociatedData.item(key, mode: mode)))
-            try store.apply(StoreChange(putItems: [item]))
+            try s.store.apply(StoreChange(putItems: [item]))
             s.items[key] = item
             return item
         }
@@ -400,6 +481,7 @@ public final class Vault: Sendable {
             try ItemName.validate(e.key.account, what: "account")
         }
         try state.withLock { s throws(VaultError) in
+            try s.requireWritable()
             if !s.initialized { try create(&s, passphraseKey: nil) }
             let now = WallClock.now()
             var items: [StoredItem] = []
@@ -413,7 +495,7 @@ public final class Vault: Sendable {
                                         createdAt: s.items[e.key]?.createdAt ?? now, updatedAt: now,
                                         sealed: AEAD.seal(e.secrets, key: classKey, associatedData: AssociatedData.item(e.key, mode: e.mode))))
             }
-            try store.apply(StoreChange(putItems: items))
+            try s.store.apply(StoreChange(putItems: items))
             for item in items { s.items[item.key] = item }
         }
     }
@@ -437,6 +519,7 @@ public final class Vault: Sendable {
     /// the sealed record does not authenticate (tampered or moved).
     public func withSecrets<R>(_ key: ItemKey, _ body: (StoredItem, UnsafeRawBufferPointer) throws(VaultError) -> R) throws(VaultError) -> R {
         let (item, classKey) = try state.withLock { s throws(VaultError) -> (StoredItem, SecretKey) in
+            try s.requireLoaded()
             guard let item = s.items[key] else { throw VaultError(.notFound, "no item \(key)") }
             return (item, try Self.classKey(s, mode: item.mode, for: key))
         }
@@ -475,6 +558,16 @@ public final class Vault: Sendable {
     /// The keys of every item.
     public var keys: [ItemKey] { state.withLock { Array($0.items.keys) } }
 
+    /// The item's metadata: `notFound` when there is none, `locked` while
+    /// the vault waits for a locked store (never a false "not found").
+    public func lookup(_ key: ItemKey) throws(VaultError) -> StoredItem {
+        try state.withLock { s throws(VaultError) -> StoredItem in
+            try s.requireLoaded()
+            guard let item = s.items[key] else { throw VaultError(.notFound, "no item \(key)") }
+            return item
+        }
+    }
+
     /// Every item's metadata with whether it can be read now, sorted.
     public func list() -> [(item: StoredItem, readable: Bool)] {
         state.withLock { s in
@@ -488,8 +581,9 @@ public final class Vault: Sendable {
     @discardableResult
     public func delete(_ key: ItemKey) throws(VaultError) -> Bool {
         try state.withLock { s throws(VaultError) -> Bool in
+            try s.requireWritable()
             guard s.items[key] != nil else { return false }
-            try store.apply(StoreChange(deleteItems: [key]))
+            try s.store.apply(StoreChange(deleteItems: [key]))
             s.items[key] = nil
             return true
         }
@@ -498,10 +592,104 @@ public final class Vault: Sendable {
     /// Updates an item's status (for example `needs-reauth`) without touching its seal.
     public func setStatus(_ key: ItemKey, _ status: ItemStatus) throws(VaultError) {
         try state.withLock { s throws(VaultError) in
+            try s.requireWritable()
             guard var item = s.items[key] else { throw VaultError(.notFound, "no item \(key)") }
             item.status = status
-            try store.apply(StoreChange(putItems: [item]))
+            try s.store.apply(StoreChange(putItems: [item]))
             s.items[key] = item
+        }
+    }
+
+    // MARK: - Migration
+
+    /// What a migration copied.
+    public struct MigrationReport: Sendable {
+        /// Items copied (every kind, every mode, `*-this-device-only` included).
+        public let items: Int
+        /// Key-hierarchy records copied.
+        public let records: Int
+        /// Whether the vault key of a vault without a passphrase moved too.
+        public let vaultKeyMoved: Bool
+    }
+
+    /// Moves the vault to `target`: copies every item and key record as they
+    /// are (sealed blobs and wrapped class keys; nothing is re-encrypted, the
+    /// keys stay the same) and, for a vault without a passphrase, the vault
+    /// key to `targetKey`. Then checks the copy: every record and item reads
+    /// back byte for byte, a second `Vault` over the copy opens with the keys
+    /// at hand, and every copied item opens under this vault's class keys
+    /// where they are in memory. Only then `commit` runs (the caller makes
+    /// the switch durable there, e.g. a marker file) and the vault serves
+    /// from `target`.
+    ///
+    /// Reads go on during the copy; writes answer `temporary` until it ends.
+    /// A failure before `commit` returns leaves the vault on its source,
+    /// untouched, and removes what it copied where it can. Removing the
+    /// source afterwards is the caller's job.
+    public func migrate(to target: any ItemStore, vaultKey targetKey: any VaultKeyLocation,
+                        commit: () throws(VaultError) -> Void) throws(VaultError) -> MigrationReport {
+        try migrationGate.withLock { _ throws(VaultError) -> MigrationReport in
+            let (source, sourceKey, hasPassphrase, initialized) = try state.withLock { s throws(VaultError) in
+                try s.requireWritable()
+                s.migrating = true
+                return (s.store, s.vaultKey, s.hasPassphrase, s.initialized)
+            }
+            var switched = false
+            defer { if !switched { state.withLock { $0.migrating = false } } }
+            let records = try source.records()
+            let items = try source.allItems()
+            var keyMoved = false
+            do throws(VaultError) {
+                if initialized && !hasPassphrase {
+                    guard let vk = try sourceKey.load() else { throw VaultError(.failure, "\(sourceKey.description) is missing") }
+                    try targetKey.save(vk)
+                    keyMoved = true
+                }
+                try target.apply(StoreChange(putItems: items, putRecords: records))
+                try verifyCopy(target, targetKey: targetKey, records: records, items: items)
+            } catch {
+                if keyMoved { try? targetKey.remove() }
+                try? target.destroy()
+                throw VaultError(error.code, "the migration to the \(target.backendName) store failed and the vault stays in \(source.backendName) \(source.location), complete: \(error.message)")
+            }
+            try state.withLock { s throws(VaultError) in
+                try commit()
+                s.store = target
+                s.vaultKey = targetKey
+                s.migrating = false
+            }
+            switched = true
+            return MigrationReport(items: items.count, records: records.count, vaultKeyMoved: keyMoved)
+        }
+    }
+
+    /// The checks of `migrate` on the copy.
+    private func verifyCopy(_ target: any ItemStore, targetKey: any VaultKeyLocation, records: [String: [UInt8]], items: [StoredItem]) throws(VaultError) {
+        let copiedRecords = try target.records()
+        for (name, value) in records where copiedRecords[name] != value {
+            throw VaultError(.failure, "key record \(name) did not read back from the copy as written")
+        }
+        guard copiedRecords.count == records.count else { throw VaultError(.failure, "the copy holds \(copiedRecords.count) key records, expected \(records.count)") }
+        var copied: [ItemKey: StoredItem] = [:]
+        for item in try target.allItems() { copied[item.key] = item }
+        guard copied.count == items.count else { throw VaultError(.failure, "the copy holds \(copied.count) items, expected \(items.count)") }
+        for item in items where copied[item.key] != item {
+            throw VaultError(.failure, "item \(item.key) did not read back from the copy as written")
+        }
+        // A second vault over the copy, as the next daemon start would open it.
+        let second = try Vault(store: target, keyFiles: keyFiles.keepingVaultKey(in: targetKey), machineID: machineID, kdfParameters: kdfParameters)
+        for entry in second.list() where entry.readable {
+            try second.withSecrets(entry.item.key) { (_, _) throws(VaultError) in }
+        }
+        // Every copied item under the class keys this vault holds now.
+        let keys = state.withLock { $0.classKeys }
+        for item in copied.values {
+            guard let key = keys[item.mode] else { continue }
+            do {
+                try AEAD.open(item.sealed, key: key, associatedData: AssociatedData.item(item.key, mode: item.mode)) { _ in }
+            } catch {
+                throw VaultError(.failure, "the copy of \(item.key) does not open")
+            }
         }
     }
 }

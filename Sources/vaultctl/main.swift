@@ -7,6 +7,7 @@ nonisolated(unsafe) let commands: [any Command.Type] = [  // written once, befor
     InitCommand.self, AddCommand.self, LoginCommand.self, ListCommand.self, TokenCommand.self, HeaderCommand.self, RevokeCommand.self,
     RefreshCommand.self, Report401Command.self, ClientSecretCommand.self, ProvidersCommand.self,
     LockCommand.self, UnlockCommand.self, PassphraseCommand.self, StatusCommand.self,
+    MigrateCommand.self,
 ]
 
 let exitCodes = """
