@@ -11,4 +11,7 @@ if [[ -z "${XDG_RUNTIME_DIR:-}" ]]; then
   echo "note: XDG_RUNTIME_DIR is unset; the socket will be /tmp/tokenvault-$(id -u)/socket" >&2
 fi
 echo "tokenvaultd starting; in another terminal try: $(pwd)/.build/release/vaultctl status" >&2
+# The quick start runs on the embedded SQLite store; TOKENVAULT_STORE=auto
+# (or --store auto) lets the daemon pick the desktop's Secret Service instead.
+export TOKENVAULT_STORE="${TOKENVAULT_STORE:-sqlite}"
 exec .build/release/tokenvaultd "$@"
