@@ -102,13 +102,21 @@ printf '{"access_token":"gho_%s","token_type":"bearer","expires_in":28800}' "$(h
   | "$bin/vaultctl" add bench >/dev/null
 read -r req_size resp_size < <("$bin/tokenvault-bench" wire-sizes "$sock")
 echo "wire sizes: request $req_size bytes, response $resp_size bytes (payloads)"
-"$bin/tokenvault-bench" latency "$sock" 20000
 "$bin/tokenvault-bench" echo-server "$work/echo.sock" "$resp_size" > "$work/echo.out" &
 echo_pid=$!
 for _ in $(seq 100); do [[ -S "$work/echo.sock" ]] && break; sleep 0.05; done
-"$bin/tokenvault-bench" echo-latency "$work/echo.sock" "$req_size" 20000
+# The machine's speed drifts (a shared VM): bearer and echo alternate, three rounds each.
+for round in 1 2 3; do
+  echo "round $round"
+  "$bin/tokenvault-bench" latency "$sock" 20000
+  "$bin/tokenvault-bench" echo-latency "$work/echo.sock" "$req_size" 20000
+done
+for round in 1 2; do
+  echo "round $round"
+  "$bin/tokenvault-bench" throughput "$sock" 16 5
+  "$bin/tokenvault-bench" echo-throughput "$work/echo.sock" "$req_size" 16 5
+done
 kill "$echo_pid"; echo_pid=""
-"$bin/tokenvault-bench" throughput "$sock" 16 5
 
 echo "== vaultctl header as a whole process, beside secret-tool lookup"
 if command -v hyperfine >/dev/null && command -v dbus-run-session >/dev/null && command -v secret-tool >/dev/null; then

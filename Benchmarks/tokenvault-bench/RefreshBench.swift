@@ -175,8 +175,17 @@ func idle(pid: Int32, seconds: Double) throws {
     report("idle_threads", "\(after.threads.count)")
     report("idle_rss_kb", "\(after.rssKB)")
     report("idle_cpu_ms", String(format: "%.0f", Double(after.cpuTicks - before.cpuTicks) / hz * 1000))
-    report("idle_wakeups_voluntary", "\(after.voluntary - before.voluntary)")
-    report("idle_wakeups_involuntary", "\(after.involuntary - before.involuntary)")
+    // Per thread, so a thread that ended during the sample (a closed client
+    // connection) does not subtract its earlier switches from the total.
+    var voluntary = 0, involuntary = 0
+    for (tid, a) in after.threads {
+        let b = before.threads[tid] ?? (a.name, 0, 0)
+        voluntary += a.voluntary - b.voluntary
+        involuntary += a.involuntary - b.involuntary
+    }
+    report("idle_wakeups_voluntary", "\(voluntary)")
+    report("idle_wakeups_involuntary", "\(involuntary)")
+    report("idle_threads_ended", "\(before.threads.keys.filter { after.threads[$0] == nil }.count)")
     for (tid, a) in after.threads.sorted(by: { $0.key < $1.key }) {
         let b = before.threads[tid] ?? (a.name, 0, 0)
         if a.voluntary != b.voluntary || a.involuntary != b.involuntary {

@@ -152,14 +152,17 @@ func echoServer(path: String, responseSize: Int) throws {
     let reply = Frame.encode([UInt8](repeating: UInt8(ascii: "x"), count: responseSize))
     print("ready")
     fflush(stdout)
+    // One thread per connection, like the daemon, so the throughput reference is comparable.
     while let conn = try listener.accept(timeoutMs: -1) {
-        var buf = FrameBuffer()
-        var rb = [UInt8](repeating: 0, count: 65536)
-        loop: while true {
-            while let _ = try buf.next() { try conn.writeAll(reply) }
-            let n = try conn.read(into: &rb, offset: 0, count: rb.count)
-            if n == 0 { break loop }
-            buf.append(rb[0..<n])
+        try spawnThread {
+            var buf = FrameBuffer()
+            var rb = [UInt8](repeating: 0, count: 65536)
+            var timeout: Int32 = 0
+            while true {
+                while let _ = try? buf.next() { try? conn.writeAll(reply) }
+                guard let got = try? conn.read(into: &rb, count: rb.count, timeoutMs: 600_000, currentTimeoutMs: &timeout), got > 0 else { return }
+                buf.append(rb[0..<got])
+            }
         }
     }
 }
@@ -188,6 +191,38 @@ func echoLatency(path: String, requestSize: Int, count: Int) throws {
     samples.sort()
     report("echo_p50_us", String(format: "%.1f", percentile(samples, 0.5) * 1e6))
     report("echo_p99_us", String(format: "%.1f", percentile(samples, 0.99) * 1e6))
+}
+
+/// The same load against the echo server: the throughput floor of the transport.
+func echoThroughput(path: String, requestSize: Int, clients: Int, seconds: Double) throws {
+    let total = Atomic<Int>(0)
+    let deadline = now() + seconds
+    let group = DispatchGroup()
+    let request = Frame.encode([UInt8](repeating: UInt8(ascii: "y"), count: requestSize))
+    for _ in 0..<clients {
+        group.enter()
+        try spawnThread(stackSize: 1 << 20) {
+            defer { group.leave() }
+            guard let conn = try? SocketConnection.connect(path: path) else { return }
+            var buf = FrameBuffer()
+            var rb = [UInt8](repeating: 0, count: 65536)
+            var timeout: Int32 = 0
+            var n = 0
+            while now() < deadline {
+                guard (try? conn.writeAll(request)) != nil else { break }
+                var got = false
+                while !got {
+                    if (try? buf.next()) != nil { got = true; break }
+                    guard let r = try? conn.read(into: &rb, count: rb.count, timeoutMs: 5000, currentTimeoutMs: &timeout), r > 0 else { return }
+                    buf.append(rb[0..<r])
+                }
+                n += 1
+            }
+            total.add(n, ordering: .relaxed)
+        }
+    }
+    group.wait()
+    report("echo_throughput_requests_per_s", String(format: "%.0f", Double(total.load(ordering: .relaxed)) / seconds))
 }
 
 /// Requests per second with `clients` concurrent clients, each on its own thread and connection.
@@ -322,6 +357,7 @@ do {
     case "echo-server": try echoServer(path: args[1], responseSize: Int(args[2])!)
     case "echo-latency": try echoLatency(path: args[1], requestSize: Int(args[2])!, count: Int(args[3]) ?? 20_000)
     case "throughput": try throughput(socket: args[1], clients: Int(args[2]) ?? 16, seconds: Double(args[3]) ?? 5)
+    case "echo-throughput": try echoThroughput(path: args[1], requestSize: Int(args[2])!, clients: Int(args[3]) ?? 16, seconds: Double(args[4]) ?? 5)
     case "ready": try startToReady(daemon: args[1], arguments: Array(args.dropFirst(3)), socket: args[2])
     case "populate-staggered":
         try populateStaggered(folder: args[1], count: Int(args[2]) ?? 10_000, provider: args[3], minLife: Double(args[4]) ?? 3600, maxLife: Double(args[5]) ?? 7200)

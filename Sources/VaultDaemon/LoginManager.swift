@@ -304,13 +304,8 @@ public final class LoginManager: Sendable {
     }
 
     private func store(_ key: ItemKey, mode: AccessMode, _ response: TokenResponse, peer: Peer) throws(VaultError) -> JSON {
-        let now = WallClock.now()
-        var fields = response.fields
-        fields["obtained_at"] = .number(now.rounded(.down))
-        var payload = JSON.object(fields).serialized()
-        defer { secureZero(&payload) }
-        let lifetime = response.expiresIn ?? providers.current.providers[key.provider]?.assumeLifetimeSeconds
-        let item = try vault.put(key, mode: mode, secrets: payload, expiresAt: lifetime.map { now + $0 })
+        let item = try vault.storeTokenResponse(key, mode: mode, response,
+                                                assumeLifetime: providers.current.providers[key.provider]?.assumeLifetimeSeconds)
         engine.itemChanged(key)
         audit.record("login", provider: key.provider, account: key.account, pid: peer.pid, exe: peer.executable)
         logger.info("logged in \(key) (\(mode.rawValue))")

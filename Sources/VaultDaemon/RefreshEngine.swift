@@ -333,15 +333,9 @@ public final class RefreshEngine: Sendable {
             return failed(key, error)
         }
         // Rotation: the new refresh token (or the old one, if none came) is committed before anything is served.
-        let now = WallClock.now()
-        var fields = response.fields
-        if response.refreshToken == nil, let refreshToken { fields["refresh_token"] = .string(refreshToken) }
-        fields["obtained_at"] = .number(now.rounded(.down))
-        var payload = JSON.object(fields).serialized()
-        defer { secureZero(&payload) }
         let lifetime = response.expiresIn ?? providers.current.providers[key.provider]?.assumeLifetimeSeconds
         do {
-            try vault.put(key, mode: item.mode, secrets: payload, expiresAt: lifetime.map { now + $0 }, status: .ok)
+            try vault.storeTokenResponse(key, mode: item.mode, response, assumeLifetime: lifetime, keepRefreshToken: refreshToken)
         } catch {
             logger.error("refresh of \(key) succeeded but could not be saved: \(error.message)")
             return .failed(error)

@@ -345,13 +345,7 @@ public final class VaultService: Sendable {
             guard let parsed = AccessMode(rawValue: m) else { throw VaultError(.usage, "unknown mode \"\(ItemName.printable(m))\"; modes: \(AccessMode.allNames)") }
             mode = parsed
         }
-        let now = WallClock.now()
-        let lifetime = response.expiresIn ?? provider?.assumeLifetimeSeconds
-        var fields = response.fields
-        fields["obtained_at"] = .number(now.rounded(.down))
-        var payload = JSON.object(fields).serialized()
-        defer { secureZero(&payload) }
-        let item = try vault.put(key, mode: mode, secrets: payload, expiresAt: lifetime.map { now + $0 })
+        let item = try vault.storeTokenResponse(key, mode: mode, response, assumeLifetime: provider?.assumeLifetimeSeconds)
         engine.itemChanged(key)
         audit.record("added", provider: key.provider, account: key.account, pid: peer.pid, exe: peer.executable)
         logger.info("added \(key) (\(mode.rawValue)) for pid \(peer.pid)")
