@@ -114,6 +114,7 @@ done
 for round in 1 2; do
   echo "round $round"
   "$bin/tokenvault-bench" throughput "$sock" 16 5
+  "$bin/tokenvault-bench" raw-throughput "$sock" 16 5
   "$bin/tokenvault-bench" echo-throughput "$work/echo.sock" "$req_size" 16 5
 done
 kill "$echo_pid"; echo_pid=""

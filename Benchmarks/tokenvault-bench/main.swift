@@ -225,6 +225,40 @@ func echoThroughput(path: String, requestSize: Int, clients: Int, seconds: Doubl
     report("echo_throughput_requests_per_s", String(format: "%.0f", Double(total.load(ordering: .relaxed)) / seconds))
 }
 
+/// Throughput of the daemon alone: clients send a pre-encoded token request
+/// and read the answer's frame without decoding it (no client-side JSON).
+func rawThroughput(socket: String, clients: Int, seconds: Double) throws {
+    let total = Atomic<Int>(0)
+    let deadline = now() + seconds
+    let group = DispatchGroup()
+    let hello = Frame.encode(Message.request(id: 1, op: .hello, [("protocol", 1)]))
+    let request = Frame.encode(Message.request(id: 2, op: .token, [("provider", "bench")]))
+    for _ in 0..<clients {
+        group.enter()
+        try spawnThread(stackSize: 1 << 20) {
+            defer { group.leave() }
+            guard let conn = try? SocketConnection.connect(path: socket) else { return }
+            var buf = FrameBuffer(maxPayload: Frame.maxResponsePayload)
+            var rb = [UInt8](repeating: 0, count: 65536)
+            var timeout: Int32 = 0
+            func roundTrip(_ frame: [UInt8]) -> Bool {
+                guard (try? conn.writeAll(frame)) != nil else { return false }
+                while true {
+                    if (try? buf.next()) != nil { return true }
+                    guard let r = try? conn.read(into: &rb, count: rb.count, timeoutMs: 5000, currentTimeoutMs: &timeout), r > 0 else { return false }
+                    buf.append(rb[0..<r])
+                }
+            }
+            guard roundTrip(hello) else { return }
+            var n = 0
+            while now() < deadline, roundTrip(request) { n += 1 }
+            total.add(n, ordering: .relaxed)
+        }
+    }
+    group.wait()
+    report("raw_throughput_requests_per_s", String(format: "%.0f", Double(total.load(ordering: .relaxed)) / seconds))
+}
+
 /// Requests per second with `clients` concurrent clients, each on its own thread and connection.
 func throughput(socket: String, clients: Int, seconds: Double) throws {
     let total = Atomic<Int>(0)
@@ -357,6 +391,7 @@ do {
     case "echo-server": try echoServer(path: args[1], responseSize: Int(args[2])!)
     case "echo-latency": try echoLatency(path: args[1], requestSize: Int(args[2])!, count: Int(args[3]) ?? 20_000)
     case "throughput": try throughput(socket: args[1], clients: Int(args[2]) ?? 16, seconds: Double(args[3]) ?? 5)
+    case "raw-throughput": try rawThroughput(socket: args[1], clients: Int(args[2]) ?? 16, seconds: Double(args[3]) ?? 5)
     case "echo-throughput": try echoThroughput(path: args[1], requestSize: Int(args[2])!, clients: Int(args[3]) ?? 16, seconds: Double(args[4]) ?? 5)
     case "ready": try startToReady(daemon: args[1], arguments: Array(args.dropFirst(3)), socket: args[2])
     case "populate-staggered":
