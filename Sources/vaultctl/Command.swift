@@ -58,3 +58,14 @@ struct ItemArguments {
 func expiryText(_ seconds: Double?) -> String {
     seconds.map(WallClock.rfc3339) ?? "unknown"
 }
+
+extension Arguments {
+    /// `--mode MODE`, if given: one of the seven access modes, else a usage error.
+    func accessMode() throws(VaultError) -> AccessMode? {
+        guard let m = value("--mode") else { return nil }
+        guard let mode = AccessMode(rawValue: m) else {
+            throw VaultError(.usage, "unknown mode \(ItemName.printable(m)); modes: \(AccessMode.allNames)")
+        }
+        return mode
+    }
+}

@@ -35,12 +35,7 @@ struct LoginCommand: Command {
         device = args.flag("--device")
         noBrowser = args.flag("--no-browser")
         json = args.flag("--json")
-        if let m = args.value("--mode") {
-            guard let mode = AccessMode(rawValue: m) else { throw VaultError(.usage, "unknown mode \(ItemName.printable(m)); modes: \(AccessMode.allNames)") }
-            self.mode = mode
-        } else {
-            mode = nil
-        }
+        mode = try args.accessMode()
         if let t = args.value("--timeout") {
             guard let n = Double(t), n >= 1, n <= 3600 else { throw VaultError(.usage, "--timeout needs 1 to 3600 seconds") }
             timeout = n

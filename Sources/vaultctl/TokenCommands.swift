@@ -99,12 +99,7 @@ struct AddCommand: Command {
     init(_ args: Arguments) throws(VaultError) {
         item = try ItemArguments(args)
         json = args.flag("--json")
-        if let m = args.value("--mode") {
-            guard let mode = AccessMode(rawValue: m) else { throw VaultError(.usage, "unknown mode \(ItemName.printable(m)); modes: \(AccessMode.allNames)") }
-            self.mode = mode
-        } else {
-            mode = nil
-        }
+        mode = try args.accessMode()
     }
 
     func run(_ client: TokenVaultClient) throws(TokenVaultError) {
