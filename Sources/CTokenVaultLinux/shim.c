@@ -150,3 +150,13 @@ int ctv_tcp_listen_loopback(int *port_out) {
     *port_out = ntohs(addr.sin_port);
     return fd;
 }
+
+int ctv_rwlock_init_prefer_writer(pthread_rwlock_t *lock) {
+    pthread_rwlockattr_t attr;
+    int r = pthread_rwlockattr_init(&attr);
+    if (r != 0) return r;
+    r = pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    if (r == 0) r = pthread_rwlock_init(lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    return r;
+}

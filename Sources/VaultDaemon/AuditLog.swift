@@ -22,12 +22,12 @@ public final class AuditLog: Sendable {
     deinit { close(fd) }
 
     /// The timestamp of the current second, formatted once per second.
-    private let stamp = Mutex<(second: Int, text: [UInt8])>((-1, []))
+    private let stamp = SharedLock<(second: Int, text: [UInt8])>((-1, []))
 
     /// Records one event (one `write(2)`; names are validated, so no escaping is needed).
     public func record(_ event: String, provider: String, account: String, pid: Int32, exe: String?) {
         let now = Int(WallClock.now())
-        var line = stamp.withLock { s -> [UInt8] in
+        var line = stamp.read { s in s.second == now ? s.text : nil } ?? stamp.withLock { s -> [UInt8] in
             if s.second != now { s = (now, Array(WallClock.rfc3339(Double(now)).utf8)) }
             return s.text
         }

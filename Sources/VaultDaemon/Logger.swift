@@ -22,14 +22,14 @@ public final class Logger: Sendable {
         public static func < (a: Level, b: Level) -> Bool { a.rawValue > b.rawValue }
     }
 
-    private let minimum: Mutex<Level>
+    private let minimum: Atomic<Int32>
 
-    public init(level: Level = .info) { minimum = Mutex(level) }
+    public init(level: Level = .info) { minimum = Atomic(level.rawValue) }
 
     /// The least severe level still written.
     public var level: Level {
-        get { minimum.withLock { $0 } }
-        set { minimum.withLock { $0 = newValue } }
+        get { Level(rawValue: minimum.load(ordering: .relaxed)) ?? .info }
+        set { minimum.store(newValue.rawValue, ordering: .relaxed) }
     }
 
     /// Writes one line (a single `write(2)`, so lines from threads do not interleave).

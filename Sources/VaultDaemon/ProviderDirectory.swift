@@ -1,17 +1,19 @@
 import Synchronization
 import VaultModel
 import VaultOAuth
+import VaultSystem
 
 /// Resolves a provider name into endpoints and client settings: the
 /// config entry over its preset, and RFC 8414 discovery for an `issuer`
 /// (cached for an hour; a failed discovery is not cached).
 public final class ProviderDirectory: Sendable {
-    private let config: Mutex<Config>
+    /// Read by every token request; written on SIGHUP.
+    private let config: SharedLock<Config>
     private let discovered = Mutex<[String: (profile: ProviderProfile, at: Double)]>([:])
     let client: TokenEndpointClient
 
     public init(config: Config, client: TokenEndpointClient) {
-        self.config = Mutex(config)
+        self.config = SharedLock(config)
         self.client = client
     }
 
@@ -19,7 +21,7 @@ public final class ProviderDirectory: Sendable {
     public func replaceConfig(_ new: Config) { config.withLock { $0 = new } }
 
     /// The current config.
-    public var current: Config { config.withLock { $0 } }
+    public var current: Config { config.read { $0 } }
 
     /// Why `provider` cannot be refreshed, or nil if it can (without network).
     public func refreshNote(_ provider: String) -> String? {

@@ -59,12 +59,12 @@ public final class Vault: Sendable {
     }
 
     /// The store the items live in now.
-    public var store: any ItemStore { state.withLock { $0.store } }
+    public var store: any ItemStore { state.read { $0.store } }
     let keyFiles: KeyFiles
     let machineID: String
     let kdfParameters: PasswordHash.Parameters
     let deviceKey: Mutex<SecretKey?>
-    let state: Mutex<State>
+    let state: SharedLock<State>
     let kdfGate = Mutex(())
     private let lockObservers = Mutex<[@Sendable (LockState) -> Void]>([])
     /// One migration at a time.
@@ -89,7 +89,7 @@ public final class Vault: Sendable {
                            lock: .lockedSinceStart, kdf: nil, classKeys: [:], items: [:], foreignClasses: [])
         }
         deviceKey = Mutex(device)
-        state = Mutex(loaded)
+        state = SharedLock(loaded)
     }
 
     /// Reads the records and items of `store` and opens what the keys at hand open.
@@ -277,14 +277,14 @@ public final class Vault: Sendable {
 
     /// The current state.
     public var status: Status {
-        state.withLock { s in
+        state.read { s in
             Status(initialized: s.initialized, hasPassphrase: s.hasPassphrase, lockState: s.lock, itemCount: s.items.count,
                    backend: s.store.backendName, location: s.store.location, waitingForStore: !s.loaded, migrating: s.migrating)
         }
     }
 
     /// The lock state.
-    public var lockState: LockState { state.withLock { $0.lock } }
+    public var lockState: LockState { state.read { $0.lock } }
 
     // MARK: - Lock and unlock
 
@@ -303,7 +303,7 @@ public final class Vault: Sendable {
     /// that does not. A wrong passphrase is a `denied` error and changes nothing.
     public func unlock(passphrase: SecureBytes?) throws(VaultError) {
         try reloadIfWaiting()
-        let (initialized, hasPassphrase, kdf, store, vaultKey) = state.withLock { ($0.initialized, $0.hasPassphrase, $0.kdf, $0.store, $0.vaultKey) }
+        let (initialized, hasPassphrase, kdf, store, vaultKey) = state.read { ($0.initialized, $0.hasPassphrase, $0.kdf, $0.store, $0.vaultKey) }
         guard initialized else {
             if passphrase != nil { throw VaultError(.usage, "the vault has no passphrase yet; set one with `vaultctl passphrase set`") }
             return
@@ -398,7 +398,7 @@ public final class Vault: Sendable {
 
     /// Replaces the passphrase; the old one must be right.
     public func changePassphrase(old: SecureBytes, new: SecureBytes) throws(VaultError) {
-        guard let oldKDF = state.withLock({ $0.kdf }) else { throw VaultError(.usage, "the vault has no passphrase; use `vaultctl passphrase set`") }
+        guard let oldKDF = state.read({ $0.kdf }) else { throw VaultError(.usage, "the vault has no passphrase; use `vaultctl passphrase set`") }
         let oldKey = try deriveKey(old, oldKDF)
         let kdf = newKDF()
         let newKey = try deriveKey(new, kdf)
@@ -415,10 +415,10 @@ public final class Vault: Sendable {
     /// Removes the passphrase; the vault key then sits beside the device key.
     /// Deletes every `when-passcode-set-this-device-only` item, as the spec says.
     public func removePassphrase(current: SecureBytes) throws(VaultError) {
-        guard let oldKDF = state.withLock({ $0.kdf }) else { throw VaultError(.usage, "the vault has no passphrase") }
+        guard let oldKDF = state.read({ $0.kdf }) else { throw VaultError(.usage, "the vault has no passphrase") }
         let oldKey = try deriveKey(current, oldKDF)
         // Verify before writing anything.
-        let (store, vaultKey) = state.withLock { ($0.store, $0.vaultKey) }
+        let (store, vaultKey) = state.read { ($0.store, $0.vaultKey) }
         _ = try Self.rewrapOuter(try store.records(), from: oldKey, to: oldKey)
         let newKey = try vaultKey.create()
         try state.withLock { s throws(VaultError) in
@@ -518,7 +518,7 @@ public final class Vault: Sendable {
     /// when `body` returns. Throws `notFound`, `locked`, or a `failure` when
     /// the sealed record does not authenticate (tampered or moved).
     public func withSecrets<R>(_ key: ItemKey, _ body: (StoredItem, UnsafeRawBufferPointer) throws(VaultError) -> R) throws(VaultError) -> R {
-        let (item, classKey) = try state.withLock { s throws(VaultError) -> (StoredItem, SecretKey) in
+        let (item, classKey) = try state.read { s throws(VaultError) -> (StoredItem, SecretKey) in
             try s.requireLoaded()
             guard let item = s.items[key] else { throw VaultError(.notFound, "no item \(key)") }
             return (item, try Self.classKey(s, mode: item.mode, for: key))
@@ -535,12 +535,12 @@ public final class Vault: Sendable {
     }
 
     /// The item's metadata, if it exists.
-    public func item(_ key: ItemKey) -> StoredItem? { state.withLock { $0.items[key] } }
+    public func item(_ key: ItemKey) -> StoredItem? { state.read { $0.items[key] } }
 
     /// Whether an item of `mode` can be stored now (lock state, class key,
     /// and a passphrase for `when-passcode-set-this-device-only`).
     public func canStore(_ mode: AccessMode) -> Bool {
-        state.withLock { s in
+        state.read { s in
             if !s.initialized { return mode != .whenPasscodeSetThisDeviceOnly }
             if mode == .whenPasscodeSetThisDeviceOnly && !s.hasPassphrase { return false }
             return mode.isReadable(in: s.lock) && s.classKeys[mode] != nil && !s.foreignClasses.contains(mode)
@@ -549,19 +549,19 @@ public final class Vault: Sendable {
 
     /// Whether `key` exists and its mode and class key allow reading it now.
     public func isReadable(_ key: ItemKey) -> Bool {
-        state.withLock { s in
+        state.read { s in
             guard let item = s.items[key] else { return false }
             return item.mode.isReadable(in: s.lock) && s.classKeys[item.mode] != nil && !s.foreignClasses.contains(item.mode)
         }
     }
 
     /// The keys of every item.
-    public var keys: [ItemKey] { state.withLock { Array($0.items.keys) } }
+    public var keys: [ItemKey] { state.read { Array($0.items.keys) } }
 
     /// The item's metadata: `notFound` when there is none, `locked` while
     /// the vault waits for a locked store (never a false "not found").
     public func lookup(_ key: ItemKey) throws(VaultError) -> StoredItem {
-        try state.withLock { s throws(VaultError) -> StoredItem in
+        try state.read { s throws(VaultError) -> StoredItem in
             try s.requireLoaded()
             guard let item = s.items[key] else { throw VaultError(.notFound, "no item \(key)") }
             return item
@@ -570,7 +570,7 @@ public final class Vault: Sendable {
 
     /// Every item's metadata with whether it can be read now, sorted.
     public func list() -> [(item: StoredItem, readable: Bool)] {
-        state.withLock { s in
+        state.read { s in
             s.items.values.sorted { ($0.key.provider, $0.key.account, $0.key.kind.rawValue) < ($1.key.provider, $1.key.account, $1.key.kind.rawValue) }
                 .map { ($0, $0.mode.isReadable(in: s.lock) && s.classKeys[$0.mode] != nil && !s.foreignClasses.contains($0.mode)) }
         }
@@ -682,7 +682,7 @@ public final class Vault: Sendable {
             try second.withSecrets(entry.item.key) { (_, _) throws(VaultError) in }
         }
         // Every copied item under the class keys this vault holds now.
-        let keys = state.withLock { $0.classKeys }
+        let keys = state.read { $0.classKeys }
         for item in copied.values {
             guard let key = keys[item.mode] else { continue }
             do {

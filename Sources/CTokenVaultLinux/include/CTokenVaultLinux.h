@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 #include <sys/types.h>
+#include <pthread.h>
 
 /// Peer credentials of a connected Unix socket (SO_PEERCRED).
 typedef struct {
@@ -57,5 +58,9 @@ int ctv_timerfd_arm_at(int fd, double seconds);
 /// A TCP listener on 127.0.0.1 with an ephemeral port (RFC 8252 loopback
 /// redirect). Returns the fd (close-on-exec) and writes the port, or -1.
 int ctv_tcp_listen_loopback(int *port_out);
+
+/// pthread_rwlock_init with writers preferred (PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP),
+/// so a steady stream of readers cannot starve a writer. Returns 0 or an errno value.
+int ctv_rwlock_init_prefer_writer(pthread_rwlock_t *lock);
 
 #endif
