@@ -1,3 +1,4 @@
+@preconcurrency import Glibc
 import VaultModel
 import VaultProtocol
 import VaultSystem
@@ -49,10 +50,8 @@ final class Connection {
     func send(_ op: Operation, _ params: [(String, JSON)]) throws(TokenVaultError) -> JSON {
         let id = nextID
         nextID += 1
-        var payload = Message.request(id: id, op: op, params)
-        defer { for i in payload.indices { payload[i] = 0 } }
-        var frame = Frame.encode(payload)
-        defer { for i in frame.indices { frame[i] = 0 } }
+        var frame = Message.requestFrame(id: id, op: op, params)
+        defer { wipe(&frame) }
         do {
             try socket.writeAll(frame, timeoutMs: timeoutMs)
         } catch {
@@ -64,7 +63,7 @@ final class Connection {
         while true {
             do {
                 if var response = try buffer.next() {
-                    defer { for i in response.indices { response[i] = 0 } }
+                    defer { wipe(&response) }
                     let json: JSON
                     do { json = try JSON.parse(response) } catch { throw TokenVaultError.protocolError("the daemon sent invalid JSON: \(error)") }
                     do { return try Message.result(of: json, expectingID: id) } catch { throw TokenVaultError(error) }
@@ -87,7 +86,18 @@ final class Connection {
             }
             if n == 0 { throw .daemonUnavailable("tokenvaultd closed the connection") }
             buffer.append(readBuffer[0..<n])
-            for i in 0..<n { readBuffer[i] = 0 }
+            readBuffer.withUnsafeMutableBytes { wipe($0, count: n) }
         }
     }
+}
+
+/// Overwrites bytes that held a request or a response (which may carry a
+/// passphrase or a token) before their memory is reused.
+func wipe(_ bytes: inout [UInt8]) {
+    bytes.withUnsafeMutableBytes { wipe($0, count: $0.count) }
+}
+
+func wipe(_ buffer: UnsafeMutableRawBufferPointer, count: Int) {
+    guard let base = buffer.baseAddress, count > 0 else { return }
+    explicit_bzero(base, count)
 }

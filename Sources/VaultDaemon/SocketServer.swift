@@ -147,9 +147,7 @@ public final class SocketServer: Sendable {
                     }
                     helloDone = true
                 }
-                var response = service.handle(request, id: id, peer: peer)
-                defer { secureZero(&response) }
-                var frame = Frame.encode(response)
+                var frame = service.handle(request, id: id, peer: peer)
                 defer { secureZero(&frame) }
                 do { try conn.writeAll(frame, timeoutMs: limits.sendTimeoutMs) } catch { return }
             }

@@ -70,17 +70,29 @@ public final class VaultService: Sendable {
 
     var currentConfig: Config { providers.current }
 
-    /// Handles one request object and returns the response payload.
+    /// What an operation answers: a result to wrap in a response, or (for
+    /// `token`, the hot path) the whole response frame, already written.
+    enum Answer {
+        case json(JSON)
+        case frame([UInt8])
+    }
+
+    /// Handles one request object and returns the response frame.
     func handle(_ request: JSONObject, id: JSON, peer: Peer) -> [UInt8] {
+        var payload: [UInt8]
         do throws(VaultError) {
             guard let opName = request["op"]?.stringValue else { throw VaultError(.usage, "request has no \"op\"") }
             guard let op = Operation(rawValue: opName) else { throw VaultError(.usage, "unknown operation \"\(ItemName.printable(opName))\"") }
-            let result = try perform(op, request, peer: peer)
-            return Message.success(id: id, result: result)
+            switch try perform(op, request, id: id, peer: peer) {
+            case .frame(let frame): return frame
+            case .json(let result): payload = Message.success(id: id, result: result)
+            }
         } catch {
             if error.code == .failure { logger.warning("request failed: \(error.message)") }
-            return Message.failure(id: id, error)
+            payload = Message.failure(id: id, error)
         }
+        defer { secureZero(&payload) }
+        return Frame.encode(payload)
     }
 
     // MARK: - Parameters
@@ -112,19 +124,19 @@ public final class VaultService: Sendable {
 
     // MARK: - Operations
 
-    private func perform(_ op: Operation, _ r: JSONObject, peer: Peer) throws(VaultError) -> JSON {
+    private func perform(_ op: Operation, _ r: JSONObject, id: JSON, peer: Peer) throws(VaultError) -> Answer {
         switch op {
         case .hello:
-            return .object(JSONObject([("protocol", .number(Double(protocolVersion))), ("server", "tokenvaultd")]))
-        case .token: return try token(r, peer: peer)
-        case .list: return list()
-        case .add: return try add(r, peer: peer)
-        case .revoke: return try revoke(r, peer: peer)
-        case .report401: return try report401(r, peer: peer)
-        case .status: return status()
-        case .refresh: return try forceRefresh(r, peer: peer)
-        case .clientSecretSet: return try setClientSecret(r, peer: peer)
-        case .providers: return try listProviders(r)
+            return .json(.object(JSONObject([("protocol", .number(Double(protocolVersion))), ("server", "tokenvaultd")])))
+        case .token: return .frame(try tokenFrame(r, id: id, peer: peer))
+        case .list: return .json(list())
+        case .add: return try .json(add(r, peer: peer))
+        case .revoke: return try .json(revoke(r, peer: peer))
+        case .report401: return try .json(report401(r, peer: peer))
+        case .status: return .json(status())
+        case .refresh: return try .json(forceRefresh(r, peer: peer))
+        case .clientSecretSet: return try .json(setClientSecret(r, peer: peer))
+        case .providers: return try .json(listProviders(r))
         case .loginStart:
             let key = try itemKey(r)
             var mode: AccessMode?
@@ -134,43 +146,43 @@ public final class VaultService: Sendable {
             }
             let timeout = r["timeout"]?.numberValue ?? 300
             guard timeout >= 1, timeout <= 3600 else { throw VaultError(.usage, "\"timeout\" must be 1 to 3600 seconds") }
-            return try logins.start(key, mode: mode, device: r["device"]?.boolValue ?? false, timeout: timeout, peer: peer)
+            return try .json(logins.start(key, mode: mode, device: r["device"]?.boolValue ?? false, timeout: timeout, peer: peer))
         case .loginWait:
             guard let id = try string(r, "session") else { throw VaultError(.usage, "request needs \"session\"") }
-            return try logins.wait(id, peer: peer)
+            return try .json(logins.wait(id, peer: peer))
         case .loginCancel:
             guard let id = try string(r, "session") else { throw VaultError(.usage, "request needs \"session\"") }
             try logins.cancel(id)
-            return .object(JSONObject([("cancelled", true)]))
+            return .json(.object(JSONObject([("cancelled", true)])))
         case .lock:
             vault.lock()
             logger.info("vault locked by pid \(peer.pid)")
-            return status()
+            return .json(status())
         case .unlock:
             try vault.unlock(passphrase: try passphrase(r, "passphrase"))
             logger.info("vault unlocked by pid \(peer.pid)")
-            return status()
+            return .json(status())
         case .initialize:
             try vault.initialize(passphrase: try passphrase(r, "passphrase"))
             engine.rescheduleAll()
             logger.info("vault created by pid \(peer.pid)")
-            return status()
+            return .json(status())
         case .passphraseSet:
             try vault.setPassphrase(try requiredPassphrase(r, "passphrase"))
             engine.rescheduleAll()
             logger.info("passphrase set by pid \(peer.pid)")
-            return status()
+            return .json(status())
         case .passphraseChange:
             try vault.changePassphrase(old: try requiredPassphrase(r, "old"), new: try requiredPassphrase(r, "new"))
             engine.rescheduleAll()
             logger.info("passphrase changed by pid \(peer.pid)")
-            return status()
+            return .json(status())
         case .passphraseRemove:
             try vault.removePassphrase(current: try requiredPassphrase(r, "passphrase"))
             engine.rescheduleAll()
             logger.info("passphrase removed by pid \(peer.pid)")
-            return status()
-        case .migrate: return try migrate(r, peer: peer)
+            return .json(status())
+        case .migrate: return try .json(migrate(r, peer: peer))
         }
     }
 
@@ -184,7 +196,9 @@ public final class VaultService: Sendable {
         }
     }
 
-    private func token(_ r: JSONObject, peer: Peer) throws(VaultError) -> JSON {
+    /// `token`: the response frame with the access token, written straight
+    /// into one buffer sized for it (no JSON tree, no copy of the frame).
+    private func tokenFrame(_ r: JSONObject, id: JSON, peer: Peer) throws(VaultError) -> [UInt8] {
         let key = try itemKey(r)
         var minValidity = 0.0
         if let v = r["min_validity"], !v.isNull {
@@ -196,7 +210,7 @@ public final class VaultService: Sendable {
         while true {
             // Serve the stored token if it is valid for long enough; otherwise refresh once (single flight) and look again.
             var seen = 0.0
-            let served = try vault.withSecrets(key) { (item, plain) throws(VaultError) -> JSON? in
+            let served = try vault.withSecrets(key) { (item, plain) throws(VaultError) -> [UInt8]? in
                 if item.status == .needsReauth {
                     throw VaultError(.needsReauth, "\(key) needs a new login (vaultctl login \(key.provider))")
                 }
@@ -207,12 +221,25 @@ public final class VaultService: Sendable {
                 guard let fields = try? JSON.parse(plain), let access = fields["access_token"]?.stringValue else {
                     throw VaultError(.failure, "\(key) holds a damaged token record")
                 }
-                var o = JSONObject([("provider", .string(key.provider)), ("account", .string(key.account)),
-                                    ("access_token", .string(access)), ("token_type", "Bearer"),
-                                    ("expires_at", item.expiresAt.map { .string(WallClock.rfc3339($0)) } ?? .null),
-                                    ("expires_at_unix", item.expiresAt.map { .number($0.rounded(.down)) } ?? .null)])
-                if let scope = fields["scope"]?.stringValue { o["scope"] = .string(scope) }
-                return .object(o)
+                let scope = fields["scope"]?.stringValue
+                // Escaping can at most sextuple a byte; with room for the rest, the buffer never grows (and leaves no copy behind).
+                let capacity = 256 + 6 * (access.utf8.count + (scope?.utf8.count ?? 0) + key.provider.utf8.count + key.account.utf8.count)
+                var w = Message.successFrameWriter(id: id, capacity: capacity)
+                w.field("provider", key.provider)
+                w.field("account", key.account)
+                w.field("access_token", access)
+                w.field("token_type", "Bearer")
+                if let expiresAt = item.expiresAt {
+                    w.field("expires_at", WallClock.rfc3339(expiresAt))
+                    w.field("expires_at_unix", expiresAt.rounded(.down))
+                } else {
+                    w.field("expires_at", JSON.null)
+                    w.field("expires_at_unix", JSON.null)
+                }
+                if let scope { w.field("scope", scope) }
+                w.endObject()
+                w.endObject()
+                return w.finish()
             }
             if let served {
                 audit.record("served", provider: key.provider, account: key.account, pid: peer.pid, exe: peer.executable)

@@ -102,12 +102,19 @@ extension JSON {
 
     /// Parses one JSON text (RFC 8259 section 2), allowing surrounding whitespace.
     public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSON {
-        let array = Array(bytes)
-        var parser = JSONParser(bytes: array)
+        if let result = bytes.withContiguousStorageIfAvailable({ buffer in Result { () throws(JSONParseError) in try parse(buffer) } }) {
+            return try result.get()
+        }
+        return try parse(Array(bytes))
+    }
+
+    /// Parses one JSON text held in contiguous memory.
+    public static func parse(_ bytes: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> JSON {
+        var parser = JSONParser(bytes: bytes)
         parser.skipWhitespace()
         let value = try parser.parseValue(depth: 0)
         parser.skipWhitespace()
-        guard parser.index == array.count else { throw parser.error("unexpected data after the value") }
+        guard parser.index == bytes.count else { throw parser.error("unexpected data after the value") }
         return value
     }
 
@@ -117,8 +124,10 @@ extension JSON {
     }
 }
 
+/// Reads bytes through an unsafe buffer: every index is checked against
+/// `bytes.count` before it is read, so no second (bounds) check is needed.
 private struct JSONParser {
-    let bytes: [UInt8]
+    let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
 
     func error(_ reason: String) -> JSONParseError { JSONParseError(offset: index, reason: reason) }
@@ -219,7 +228,7 @@ private struct JSONParser {
         while index < bytes.count {
             let c = bytes[index]
             if c == UInt8(ascii: "\"") {
-                let s = try validated(bytes[start..<index], at: start)
+                let s = try validated(UnsafeBufferPointer(rebasing: bytes[start..<index]), at: start)
                 index += 1
                 return s
             }
@@ -227,12 +236,12 @@ private struct JSONParser {
             if c < 0x20 { throw error("control character in a string") }
             index += 1
         }
-        var out = Array(bytes[start..<index])
+        var out = Array(UnsafeBufferPointer(rebasing: bytes[start..<index]))
         while index < bytes.count {
             let c = bytes[index]
             if c == UInt8(ascii: "\"") {
                 index += 1
-                return try validated(out[...], at: start)
+                return try out.withUnsafeBufferPointer { (o) throws(JSONParseError) -> String in try validated(o, at: start) }
             }
             if c < 0x20 { throw error("control character in a string") }
             if c != UInt8(ascii: "\\") { out.append(c); index += 1; continue }
@@ -271,7 +280,7 @@ private struct JSONParser {
         throw error("unterminated string")
     }
 
-    func validated(_ slice: ArraySlice<UInt8>, at offset: Int) throws(JSONParseError) -> String {
+    func validated(_ slice: UnsafeBufferPointer<UInt8>, at offset: Int) throws(JSONParseError) -> String {
         // ASCII needs no validation, and the generic validating initialiser is costly on a hot path.
         if !slice.contains(where: { $0 >= 0x80 }) { return String(decoding: slice, as: UTF8.self) }
         guard let s = String(validating: slice, as: UTF8.self) else {
@@ -334,12 +343,7 @@ extension JSON {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
-        case .number(let n):
-            if n.rounded() == n, abs(n) < 1e15 {
-                out.append(contentsOf: String(Int64(n)).utf8)
-            } else {
-                out.append(contentsOf: "\(n)".utf8)
-            }
+        case .number(let n): JSON.writeNumber(n, to: &out)
         case .string(let s): JSON.writeString(s, to: &out)
         case .array(let a):
             out.append(UInt8(ascii: "["))
@@ -360,32 +364,55 @@ extension JSON {
         }
     }
 
-    /// Writes `s` as a JSON string literal, escaping what RFC 8259 requires.
-    public static func writeString(_ s: String, to out: inout [UInt8]) {
-        out.append(0x22)
-        // Fast path: most strings (tokens, names) need no escaping at all.
-        let plain = s.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
-            for b in bytes where b < 0x20 || b == 0x22 || b == 0x5C { return false }
-            out.append(contentsOf: bytes)
-            return true
-        }
-        if plain == true {
-            out.append(0x22)
+    /// Writes a number: an integer of up to 15 digits exactly, anything else as Swift prints a Double.
+    public static func writeNumber(_ n: Double, to out: inout [UInt8]) {
+        guard n.rounded() == n, abs(n) < 1e15 else {
+            out.append(contentsOf: "\(n)".utf8)
             return
         }
-        for b in s.utf8 {
+        var v = Int64(n)
+        if v < 0 { out.append(UInt8(ascii: "-")); v = -v }
+        var digits: (UInt64, UInt64) = (0, 0)  // 16 bytes: room for the 15 digits, written from the end
+        withUnsafeMutableBytes(of: &digits) { d in
+            var i = d.count
+            repeat {
+                i -= 1
+                d[i] = UInt8(ascii: "0") + UInt8(v % 10)
+                v /= 10
+            } while v > 0
+            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: d[i...]))
+        }
+    }
+
+    /// Writes `s` as a JSON string literal, escaping what RFC 8259 requires.
+    public static func writeString(_ s: String, to out: inout [UInt8]) {
+        var s = s
+        s.withUTF8 { writeString(utf8: $0, to: &out) }
+    }
+
+    /// Writes UTF-8 bytes as a JSON string literal, escaping what RFC 8259
+    /// requires; runs that need no escaping (most tokens and names are one
+    /// run) are copied at once.
+    public static func writeString(utf8 bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
+        out.append(0x22)
+        var run = 0
+        for i in 0..<bytes.count {
+            let b = bytes[i]
+            guard b < 0x20 || b == 0x22 || b == 0x5C else { continue }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run..<i]))
+            run = i + 1
             switch b {
             case 0x22: out.append(contentsOf: [0x5C, 0x22])
             case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
             case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
             case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
             case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-            case 0..<0x20:
-                let hex: [UInt8] = Array("0123456789abcdef".utf8)
+            default:
+                let hex = Array("0123456789abcdef".utf8)
                 out.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(b >> 4)], hex[Int(b & 0xF)]])
-            default: out.append(b)
             }
         }
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run...]))
         out.append(0x22)
     }
 }

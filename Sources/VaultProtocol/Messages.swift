@@ -32,20 +32,62 @@ public enum Operation: String, Sendable, CaseIterable {
 public enum Message {
     /// A request object: `{"id": id, "op": op, …params}`.
     public static func request(id: UInt64, op: Operation, _ params: [(String, JSON)] = []) -> [UInt8] {
-        var o = JSONObject([("id", .number(Double(id))), ("op", .string(op.rawValue))])
-        for (k, v) in params { o[k] = v }
-        return JSON.object(o).serialized()
+        requestWriter(id: id, op: op, params, framed: false).finish()
+    }
+
+    /// The frame of a request (length prefix and object), written in one buffer.
+    public static func requestFrame(id: UInt64, op: Operation, _ params: [(String, JSON)] = []) -> [UInt8] {
+        requestWriter(id: id, op: op, params, framed: true).finish()
+    }
+
+    private static func requestWriter(id: UInt64, op: Operation, _ params: [(String, JSON)], framed: Bool) -> JSONWriter {
+        var w = JSONWriter(capacity: 128, framed: framed)
+        w.beginObject()
+        w.field("id", Double(id))
+        w.field("op", op.rawValue)
+        // A repeated parameter keeps its last value; "id" and "op" are the envelope's.
+        for (i, (k, v)) in params.enumerated() where k != "id" && k != "op" && !params[(i + 1)...].contains(where: { $0.0 == k }) {
+            w.field(k, v)
+        }
+        w.endObject()
+        return w
     }
 
     /// A success response: `{"id": id, "ok": true, "result": result}`.
     public static func success(id: JSON, result: JSON) -> [UInt8] {
-        JSON.object(JSONObject([("id", id), ("ok", true), ("result", result)])).serialized()
+        var w = JSONWriter(capacity: 256)
+        w.beginObject()
+        w.field("id", id)
+        w.field("ok", true)
+        w.field("result", result)
+        w.endObject()
+        return w.finish()
+    }
+
+    /// A writer that has begun the frame of a success response up to its
+    /// result object, which the caller writes (a token, on the hot path)
+    /// and closes with two `endObject()` before `finish()`.
+    public static func successFrameWriter(id: JSON, capacity: Int) -> JSONWriter {
+        var w = JSONWriter(capacity: capacity, framed: true)
+        w.beginObject()
+        w.field("id", id)
+        w.field("ok", true)
+        w.beginObject("result")
+        return w
     }
 
     /// An error response: `{"id": id, "ok": false, "error": {"code", "message"}}`.
     public static func failure(id: JSON, _ error: VaultError) -> [UInt8] {
-        let e = JSONObject([("code", .string(error.code.rawValue)), ("message", .string(error.message))])
-        return JSON.object(JSONObject([("id", id), ("ok", false), ("error", .object(e))])).serialized()
+        var w = JSONWriter(capacity: 128 + error.message.utf8.count)
+        w.beginObject()
+        w.field("id", id)
+        w.field("ok", false)
+        w.beginObject("error")
+        w.field("code", error.code.rawValue)
+        w.field("message", error.message)
+        w.endObject()
+        w.endObject()
+        return w.finish()
     }
 
     /// Reads a response: the result, or the error it carries.
