@@ -47,6 +47,9 @@ public struct JSONObject: Sendable, Equatable, Sequence {
 
     public init() {}
 
+    /// An empty object with room for `capacity` members.
+    init(capacity: Int) { members.reserveCapacity(capacity) }
+
     /// An object with these members in order; a repeated key keeps its last value.
     public init(_ members: [(String, JSON)]) {
         self.members.reserveCapacity(members.count)
@@ -165,9 +168,10 @@ private struct JSONParser {
 
     mutating func parseObject(depth: Int) throws(JSONParseError) -> JSON {
         index += 1
-        var object = JSONObject()
         skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(object) }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(JSONObject()) }
+        // Room for a typical request or token answer at once, instead of growing through 1, 2, 4, 8.
+        var object = JSONObject(capacity: 8)
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a string key") }
