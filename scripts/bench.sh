@@ -111,7 +111,7 @@ for round in 1 2 3; do
   "$bin/tokenvault-bench" latency "$sock" 20000
   "$bin/tokenvault-bench" echo-latency "$work/echo.sock" "$req_size" 20000
 done
-for round in 1 2; do
+for round in 1 2 3 4; do
   echo "round $round"
   "$bin/tokenvault-bench" throughput "$sock" 16 5
   "$bin/tokenvault-bench" raw-throughput "$sock" 16 5
