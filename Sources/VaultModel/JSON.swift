@@ -228,16 +228,20 @@ private struct JSONParser {
     mutating func parseString() throws(JSONParseError) -> String {
         index += 1
         let start = index
-        // Fast path: no escapes.
+        // Fast path: no escapes. `high` collects the top bits, so an ASCII
+        // string (tokens, names) needs no UTF-8 validation afterwards.
+        var high: UInt8 = 0
         while index < bytes.count {
             let c = bytes[index]
             if c == UInt8(ascii: "\"") {
-                let s = try validated(UnsafeBufferPointer(rebasing: bytes[start..<index]), at: start)
+                let run = UnsafeBufferPointer(rebasing: bytes[start..<index])
+                let s = high < 0x80 ? String(decoding: run, as: UTF8.self) : try validated(run, at: start)
                 index += 1
                 return s
             }
             if c == UInt8(ascii: "\\") { break }
             if c < 0x20 { throw error("control character in a string") }
+            high |= c
             index += 1
         }
         var out = Array(UnsafeBufferPointer(rebasing: bytes[start..<index]))
