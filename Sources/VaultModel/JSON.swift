@@ -372,6 +372,18 @@ extension JSON {
         }
     }
 
+    /// An upper bound of the serialized size in bytes (every string byte
+    /// escaped as `\u00XX`), for buffers that must not grow while they hold a secret.
+    public var maxSerializedCount: Int {
+        switch self {
+        case .null, .bool: return 5
+        case .number: return 32
+        case .string(let s): return 2 + 6 * s.utf8.count
+        case .array(let a): return 2 + a.reduce(0) { $0 + $1.maxSerializedCount + 1 }
+        case .object(let o): return 2 + o.members.reduce(0) { $0 + 3 + 6 * $1.key.utf8.count + $1.value.maxSerializedCount + 1 }
+        }
+    }
+
     /// Writes a number: an integer of up to 15 digits exactly, anything else as Swift prints a Double.
     public static func writeNumber(_ n: Double, to out: inout [UInt8]) {
         guard n.rounded() == n, abs(n) < 1e15 else {

@@ -41,7 +41,10 @@ public enum Message {
     }
 
     private static func requestWriter(id: UInt64, op: Operation, _ params: [(String, JSON)], framed: Bool) -> JSONWriter {
-        var w = JSONWriter(capacity: 128, framed: framed)
+        // Sized for the whole request at once: a request may carry secrets
+        // (tokens, passphrases), and a buffer that grows leaves copies behind.
+        let capacity = 64 + params.reduce(0) { $0 + 4 + 6 * $1.0.utf8.count + $1.1.maxSerializedCount }
+        var w = JSONWriter(capacity: capacity, framed: framed)
         w.beginObject()
         w.field("id", Double(id))
         w.field("op", op.rawValue)

@@ -13,7 +13,9 @@ import VaultModel
 /// keys are held in memory, in guarded memory; the vault key is used and
 /// dropped. Plaintext secrets exist only inside `withSecrets`.
 ///
-/// Thread safety: all state is behind one mutex, which is also held across
+/// Thread safety: all state is behind one readers-writer lock
+/// (`SharedLock`). Requests read under the shared side and never wait for
+/// each other; changes take the exclusive side, which is also held across
 /// store writes so that the index and the store change in the same order.
 /// Argon2id runs outside it, so reads are never stalled by an unlock.
 public final class Vault: Sendable {

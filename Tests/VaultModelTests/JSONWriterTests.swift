@@ -62,4 +62,13 @@ struct JSONWriterTests {
             #expect(String(decoding: out, as: UTF8.self) == String(Int64(n)))
         }
     }
+
+    @Test("maxSerializedCount bounds the serialized size", arguments: [
+        JSON.string(String(repeating: "\u{01}", count: 50)), .string("\"\\\n"), .string("plain"), .number(-1.2345678901234567e-300),
+        .number(999_999_999_999_999), .null, .bool(false),
+        .array([.string("\u{1F}x"), .number(1), .object(JSONObject([("k\u{02}", .string("v\u{03}"))]))]),
+    ])
+    func maxSerializedCount_isAnUpperBound(value: JSON) {
+        #expect(value.serialized().count <= value.maxSerializedCount)
+    }
 }
