@@ -23,6 +23,9 @@ public final class ProviderDirectory: Sendable {
     /// The current config.
     public var current: Config { config.read { $0 } }
 
+    /// The provider's `allowed_clients`, read in place (every token request asks).
+    public func allowedClients(_ provider: String) -> [String]? { config.read { $0.providers[provider]?.allowedClients } }
+
     /// Why `provider` cannot be refreshed, or nil if it can (without network).
     public func refreshNote(_ provider: String) -> String? {
         guard let p = current.providers[provider] else { return "provider not in config" }

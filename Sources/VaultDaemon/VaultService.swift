@@ -188,7 +188,7 @@ public final class VaultService: Sendable {
 
     /// Enforces a provider's `allowed_clients` (keychain access groups' analogue).
     private func checkAllowed(_ key: ItemKey, peer: Peer) throws(VaultError) {
-        guard let allowed = currentConfig.providers[key.provider]?.allowedClients else { return }
+        guard let allowed = providers.allowedClients(key.provider) else { return }
         guard let exe = peer.executable, allowed.contains(exe) else {
             audit.record("denied", provider: key.provider, account: key.account, pid: peer.pid, exe: peer.executable)
             logger.warning("denied \(key) to pid \(peer.pid) (\(peer.executable ?? "unknown executable")): not in allowed_clients")

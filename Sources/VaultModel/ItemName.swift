@@ -9,7 +9,7 @@ public enum ItemName {
 
     /// Throws a `badInput` error naming `what` if `name` is not acceptable.
     public static func validate(_ name: String, what: String) throws(VaultError) {
-        let bytes = Array(name.utf8)
+        let bytes = name.utf8
         guard !bytes.isEmpty, bytes.count <= 128 else {
             throw VaultError(.badInput, "\(what) name must be 1 to 128 characters")
         }

@@ -8,20 +8,32 @@ enum AssociatedData {
         var out: [UInt8] = []
         out.reserveCapacity(label.utf8.count + fields.reduce(0) { $0 + 4 + $1.utf8.count })
         out.append(contentsOf: label.utf8)
-        for f in fields {
-            let n = UInt32(f.utf8.count)
-            out.append(UInt8(n >> 24))
-            out.append(UInt8(n >> 16 & 0xFF))
-            out.append(UInt8(n >> 8 & 0xFF))
-            out.append(UInt8(n & 0xFF))
-            out.append(contentsOf: f.utf8)
-        }
+        for f in fields { append(f, to: &out) }
         return out
     }
 
-    /// An item's identity: provider, account, kind, mode.
+    /// Appends one field: its length (4 bytes, big endian), then its bytes.
+    private static func append(_ field: String, to out: inout [UInt8]) {
+        let n = UInt32(field.utf8.count)
+        out.append(UInt8(n >> 24))
+        out.append(UInt8(n >> 16 & 0xFF))
+        out.append(UInt8(n >> 8 & 0xFF))
+        out.append(UInt8(n & 0xFF))
+        out.append(contentsOf: field.utf8)
+    }
+
+    /// An item's identity: provider, account, kind, mode. The same bytes as
+    /// `encode` of the four fields, without the array (every request opens an item).
     static func item(_ key: ItemKey, mode: AccessMode) -> [UInt8] {
-        encode("tokenvault/item/v1", [key.provider, key.account, key.kind.rawValue, mode.rawValue])
+        let label = "tokenvault/item/v1"
+        var out: [UInt8] = []
+        out.reserveCapacity(label.utf8.count + 16 + key.provider.utf8.count + key.account.utf8.count + key.kind.rawValue.utf8.count + mode.rawValue.utf8.count)
+        out.append(contentsOf: label.utf8)
+        append(key.provider, to: &out)
+        append(key.account, to: &out)
+        append(key.kind.rawValue, to: &out)
+        append(mode.rawValue, to: &out)
+        return out
     }
 
     /// A class key's outer wrapping (under the vault key or the device key).
